@@ -1,0 +1,311 @@
+"""The Graph: variables, constants, tile mappings, compute sets, vertices, functions, host streams.
+
+A :class:`Graph` is built for one :class:`~gruc.target.Target` and changes only through its
+methods, which check their arguments and say what was wrong.  Tile mappings are kept per element
+in one growable int64 array indexed by global element id, so mapping any view — a slice of a
+million-element tensor, a transpose, a concatenation of several variables — is one numpy gather
+and a run-length compression (``get_tile_mapping``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from gruc.errors import GrucIndexError, GrucMappingError, GrucTypeError, GrucValueError, expect
+from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
+from gruc.ir.program import Program
+from gruc.ir.tensor import Tensor, Variable, _as_shape
+from gruc.ir.vertices import Direction, VertexKind, vertex_kind
+from gruc.target import Target
+from gruc.types import DType, dtype_of
+
+FieldValue = Tensor | tuple[Tensor, ...]
+
+
+@dataclass(eq=False)
+class Vertex:
+    """One codelet instance: a kind, its connected fields, parameters and (maybe) a tile."""
+
+    kind: VertexKind
+    fields: dict[str, FieldValue]
+    params: dict[str, Any]
+    tile: int | None
+
+    def tensors(self, direction: Direction | None = None) -> list[tuple[str, Tensor]]:
+        """``(field name, tensor)`` pairs, vector fields expanded as ``name[k]``."""
+        result = []
+        for name, value in self.fields.items():
+            if direction is not None and self.kind.fields[name].direction is not direction:
+                continue
+            if isinstance(value, tuple):
+                result.extend((f"{name}[{k}]", t) for k, t in enumerate(value))
+            else:
+                result.append((name, value))
+        return result
+
+
+@dataclass(eq=False)
+class ComputeSet:
+    """Vertices that run together in one BSP superstep."""
+
+    name: str
+    vertices: list[Vertex] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"<ComputeSet {self.name!r} with {len(self.vertices)} vertices>"
+
+
+@dataclass(eq=False)
+class Function:
+    """A program stored once in the graph and run by ``Call`` (Poplar ``addFunction``)."""
+
+    name: str
+    program: Program
+
+
+class Graph:
+    """A dataflow graph for one target (Poplar ``Graph``)."""
+
+    def __init__(self, target: Target | None = None) -> None:
+        if target is None:
+            target = Target.ipu2()
+        if not isinstance(target, Target):
+            raise GrucTypeError(f"Graph target must be a gruc.Target, got {type(target).__name__}")
+        self.target = target
+        self.variables: list[Variable] = []
+        self.compute_sets: list[ComputeSet] = []
+        self.functions: list[Function] = []
+        self.host_writes: dict[str, Tensor] = {}
+        self.host_reads: dict[str, Tensor] = {}
+        self._tile_of_id = np.zeros(1024, dtype=np.int64)
+        self._num_ids = 0
+        self._variable_starts = np.zeros(0, dtype=np.int64)
+
+    # ---- variables --------------------------------------------------------------------------
+    def add_variable(self, dtype: DType | str, shape: Iterable[int], name: str = "") -> Variable:
+        """A new, unmapped variable (map it before compiling)."""
+        return self._new_variable(dtype_of(dtype), _as_shape(shape), name, None)
+
+    def add_constant(self, dtype: DType | str, shape: Iterable[int], value: Any,
+                     name: str = "") -> Variable:
+        """A constant; ``value`` is a scalar or array broadcastable to ``shape``."""
+        dtype = dtype_of(dtype)
+        shape = _as_shape(shape)
+        try:
+            data = np.broadcast_to(np.asarray(value).astype(dtype.storage), shape).copy()
+        except ValueError:
+            raise GrucValueError(f"constant value of shape {list(np.shape(value))} cannot be "
+                                 f"broadcast to shape {list(shape)}") from None
+        data.flags.writeable = False
+        return self._new_variable(dtype, shape, name, data)
+
+    def clone(self, tensor: Tensor, name: str = "") -> Variable:
+        """A new variable shaped, typed and mapped like ``tensor`` (Poplar ``clone``)."""
+        copy = self.add_variable(tensor.dtype, tensor.shape, name)
+        self._tile_of_id[copy.first_id:copy.first_id + copy.num_elements] = \
+            self._tile_of_id[tensor.flat_ids()]
+        return copy
+
+    def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
+                      constant: np.ndarray | None) -> Variable:
+        if not isinstance(name, str):
+            raise GrucTypeError(f"tensor name must be a string, got {name!r}")
+        count = math.prod(shape)
+        needed = self._num_ids + count
+        if needed > len(self._tile_of_id):
+            grown = np.full(max(needed, 2 * len(self._tile_of_id)), UNMAPPED, dtype=np.int64)
+            grown[:self._num_ids] = self._tile_of_id[:self._num_ids]
+            self._tile_of_id = grown
+        self._tile_of_id[self._num_ids:needed] = UNMAPPED
+        var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", self._num_ids, constant)
+        self._num_ids = needed
+        self.variables.append(var)
+        return var
+
+    def variable_of_id(self, ids: np.ndarray) -> np.ndarray:
+        """Index into ``self.variables`` of each global id."""
+        if len(self._variable_starts) != len(self.variables):
+            self._variable_starts = np.array([v.first_id for v in self.variables], dtype=np.int64)
+        return np.searchsorted(self._variable_starts, ids, side="right") - 1
+
+    # ---- tile mapping -----------------------------------------------------------------------
+    def _own(self, tensor: Tensor) -> Tensor:
+        if not isinstance(tensor, Tensor):
+            raise GrucTypeError(f"expected a gruc Tensor, got {type(tensor).__name__}")
+        if tensor.graph is not self:
+            raise GrucValueError(f"{tensor!r} belongs to another graph")
+        return tensor
+
+    def _check_tiles(self, tiles: np.ndarray, what: str) -> None:
+        if len(tiles) and (tiles.min() < 0 or tiles.max() >= self.target.num_tiles):
+            bad = int(tiles.min() if tiles.min() < 0 else tiles.max())
+            raise GrucIndexError(f"{what}: tile {bad} does not exist on {self.target.describe()} "
+                                 f"(allowed 0..{self.target.num_tiles - 1})")
+
+    def set_tile_mapping(self, tensor: Tensor,
+                         mapping: int | TileMapping | list[list[tuple[int, int]]]) -> None:
+        """Map every element of ``tensor`` (any view) to one tile, or as ``mapping`` says.
+
+        ``mapping`` is a tile number, a :class:`TileMapping` over the tensor's flattened elements,
+        or Poplar's form: one list of ``(begin, end)`` intervals per tile.
+        """
+        ids = self._own(tensor).flat_ids()
+        if isinstance(mapping, (int, np.integer)):
+            tiles = np.full(len(ids), int(mapping), dtype=np.int64)
+        else:
+            if not isinstance(mapping, TileMapping):
+                mapping = TileMapping.from_per_tile(list(mapping), len(ids))
+            expect(mapping.num_elements == len(ids), GrucMappingError,
+                   f"mapping covers {mapping.num_elements} elements but the tensor has {len(ids)}")
+            tiles = mapping.element_tiles()
+            expect(bool(np.all(tiles != UNMAPPED)), GrucMappingError,
+                   f"mapping leaves {int(np.sum(tiles == UNMAPPED))} of {len(ids)} elements unmapped")
+        self._check_tiles(tiles, "set_tile_mapping")
+        self._tile_of_id[ids] = tiles
+
+    def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
+        """Which tile holds each element of ``tensor``, as runs over its flattened elements."""
+        return TileMapping.from_element_tiles(self.element_tiles(tensor))
+
+    def element_tiles(self, tensor: Tensor) -> np.ndarray:
+        """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""
+        return self._tile_of_id[self._own(tensor).flat_ids()]
+
+    def is_fully_mapped(self, tensor: Tensor) -> bool:
+        return bool(np.all(self.element_tiles(tensor) != UNMAPPED))
+
+    def map_tensor_linearly(self, tensor: Tensor, min_elements_per_tile: int | None = None,
+                            grain_size: int | None = None) -> None:
+        """Spread ``tensor``'s flattened elements evenly over tiles 0, 1, ... (poplibs' rule).
+
+        Defaults: grain = the target's vector width for the type; at least
+        ``target.min_bytes_per_tile`` (128) bytes on each tile used.
+        """
+        dtype = self._own(tensor).dtype
+        if grain_size is None:
+            grain_size = self.target.vector_width(dtype)
+        if min_elements_per_tile is None:
+            min_elements_per_tile = -(-self.target.min_bytes_per_tile // dtype.size)
+        expect(grain_size >= 1, GrucValueError, f"grain_size {grain_size} must be >= 1")
+        expect(min_elements_per_tile >= 0, GrucValueError,
+               f"min_elements_per_tile {min_elements_per_tile} must be >= 0")
+        bounds = linear_partition(tensor.num_elements, self.target.num_tiles, grain_size,
+                                  min_elements_per_tile)
+        tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+        self._tile_of_id[tensor.flat_ids()] = tiles
+
+    def detect_innermost_grouping(self, tensor: Tensor) -> int:
+        """poplibs' ``detectInnermostGrouping``: how many innermost elements stay together.
+
+        Looks at the first innermost row: the length of its leading contiguous run, and the
+        longest run of it on one tile; the grouping is their gcd, or 1 if that does not divide
+        the row.
+        """
+        tensor = self._own(tensor)
+        expect(tensor.rank > 0, GrucValueError, "cannot detect the grouping of a rank-0 tensor")
+        if tensor.num_elements == 0:
+            return 1
+        row = tensor
+        while row.rank > 1:
+            row = row[0]
+        ids = row.flat_ids()
+        begins, ends = consecutive_runs(ids)
+        contiguous_prefix = int(ends[0] - begins[0])
+        mapping = TileMapping.from_element_tiles(self._tile_of_id[ids])
+        longest_on_tile = int(np.max(mapping.ends - mapping.begins))
+        grouping = math.gcd(longest_on_tile, contiguous_prefix)
+        return grouping if len(ids) % grouping == 0 else 1
+
+    def contiguous_regions(self, tensor: Tensor) -> list[tuple[int, int]]:
+        """Runs of ``tensor``'s flattened elements that are consecutive in one variable."""
+        ids = self._own(tensor).flat_ids()
+        begins, ends = consecutive_runs(ids)
+        variables = self.variable_of_id(ids[begins]) if len(ids) else begins
+        last = self.variable_of_id(ids[ends - 1]) if len(ids) else ends
+        result = []
+        for b, e, v0, v1 in zip(begins.tolist(), ends.tolist(), variables.tolist(), last.tolist()):
+            if v0 == v1:
+                result.append((b, e))
+            else:  # a run of ids that crosses from one variable into the next is two regions
+                boundary = self.variables[v1].first_id - int(ids[b])
+                result.extend([(b, b + boundary), (b + boundary, e)])
+        return result
+
+    # ---- compute ----------------------------------------------------------------------------
+    def add_compute_set(self, name: str = "") -> ComputeSet:
+        cs = ComputeSet(name or f"cs{len(self.compute_sets)}")
+        self.compute_sets.append(cs)
+        return cs
+
+    def add_vertex(self, compute_set: ComputeSet, kind: str | VertexKind,
+                   fields: Mapping[str, FieldValue], tile: int | None = None,
+                   **params: Any) -> Vertex:
+        """Add a vertex of ``kind`` to ``compute_set`` with its fields connected.
+
+        Without a ``tile`` the kind must be elementwise: the vertex then runs on every tile that
+        holds elements of its split field.
+        """
+        if not isinstance(compute_set, ComputeSet) or compute_set not in self.compute_sets:
+            raise GrucValueError("add_vertex needs a compute set of this graph")
+        kind = vertex_kind(kind) if isinstance(kind, str) else kind
+        connected: dict[str, FieldValue] = {}
+        for name, spec in kind.fields.items():
+            if name not in fields:
+                expect(spec.optional, GrucValueError,
+                       f"vertex {kind.name} needs field {name!r}; fields: {', '.join(kind.fields)}")
+                continue
+            value = fields[name]
+            if spec.vector:
+                expect(isinstance(value, (tuple, list)), GrucTypeError,
+                       f"vertex {kind.name} field {name!r} is a vector field: give a list of tensors")
+                connected[name] = tuple(self._own(t) for t in value)
+            else:
+                connected[name] = self._own(value)
+        unknown = set(fields) - set(kind.fields)
+        expect(not unknown, GrucValueError,
+               f"vertex {kind.name} has no field(s) {sorted(unknown)}; fields: {', '.join(kind.fields)}")
+        missing = [p for p in kind.params if p not in params]
+        extra = [p for p in params if p not in kind.params]
+        expect(not missing and not extra, GrucValueError,
+               f"vertex {kind.name} takes parameters {list(kind.params)}; got {sorted(params)}")
+        if tile is None:
+            expect(kind.split is not None, GrucValueError,
+                   f"vertex {kind.name} is not elementwise: give it a tile")
+        else:
+            self._check_tiles(np.array([tile]), f"vertex {kind.name}")
+        vertex = Vertex(kind, connected, dict(params), None if tile is None else int(tile))
+        if kind.check is not None:
+            kind.check(vertex)
+        compute_set.vertices.append(vertex)
+        return vertex
+
+    def add_function(self, program: Program, name: str = "") -> Function:
+        """Store ``program`` once for ``Call`` from many places (code reuse)."""
+        if not isinstance(program, Program):
+            raise GrucTypeError(f"add_function needs a Program, got {type(program).__name__}")
+        function = Function(name or f"f{len(self.functions)}", program)
+        self.functions.append(function)
+        return function
+
+    # ---- host streams -----------------------------------------------------------------------
+    def create_host_write(self, name: str, tensor: Tensor) -> None:
+        """Let the host write ``tensor`` by ``name`` (``engine.write_tensor``)."""
+        self._stream(self.host_writes, name, tensor, "host write")
+
+    def create_host_read(self, name: str, tensor: Tensor) -> None:
+        """Let the host read ``tensor`` by ``name`` (``engine.read_tensor``)."""
+        self._stream(self.host_reads, name, tensor, "host read")
+
+    def _stream(self, table: dict[str, Tensor], name: str, tensor: Tensor, what: str) -> None:
+        expect(isinstance(name, str) and bool(name), GrucValueError,
+               f"{what} name must be a non-empty string, got {name!r}")
+        expect(name not in table, GrucValueError, f"{what} {name!r} already exists")
+        table[name] = self._own(tensor)
+
+    def __repr__(self) -> str:
+        return (f"<Graph {self.target.describe()}: {len(self.variables)} variables, "
+                f"{len(self.compute_sets)} compute sets>")

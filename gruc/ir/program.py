@@ -1,0 +1,175 @@
+"""Program nodes: the control flow of a Poplar program.
+
+A program is a tree: ``Sequence`` of steps, ``Execute`` of a compute set, ``Copy`` between
+tensors (an exchange when they are on different tiles), ``WriteUndef`` (declares a tensor's value
+dead, which frees its bytes for others), loops (``Repeat``, ``RepeatWhileTrue``), ``If``,
+``Call`` of a graph function (code reuse), ``PrintTensor`` and ``Sync``.
+
+Loops stay loops: ``Repeat(10_000, body)`` is one node whatever the trip count, so the IR, the
+passes and the compile time never grow with a sequence length.
+
+Every node but ``Sequence`` is a frozen dataclass compared by identity of the tensors and compute
+sets it names.  ``Sequence`` is the builder users append to (``prog.add(...)``), as in Poplar, so
+it is mutable; passes replace whole sequences rather than editing one in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+from gruc.errors import GrucTypeError, GrucValueError
+
+if TYPE_CHECKING:
+    from gruc.ir.graph import ComputeSet, Function
+    from gruc.ir.tensor import Tensor
+
+
+class Program:
+    """Base of all program nodes."""
+
+    __slots__ = ()
+
+    def children(self) -> tuple["Program", ...]:
+        """Nested programs, in execution order of first appearance."""
+        return ()
+
+    def walk(self) -> Iterator["Program"]:
+        """This node and every node below it, pre-order."""
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+
+def _check_program(value: object, what: str) -> "Program":
+    if not isinstance(value, Program):
+        raise GrucTypeError(f"{what} must be a Program, got {type(value).__name__}")
+    return value
+
+
+class Sequence(Program):
+    """Programs run one after another; ``add`` appends (Poplar ``Sequence::add``)."""
+
+    __slots__ = ("programs",)
+
+    def __init__(self, *programs: Program) -> None:
+        self.programs: list[Program] = []
+        for p in programs:
+            self.add(p)
+
+    def add(self, program: Program) -> "Sequence":
+        self.programs.append(_check_program(program, "Sequence.add argument"))
+        return self
+
+    def children(self) -> tuple[Program, ...]:
+        return tuple(self.programs)
+
+    def __len__(self) -> int:
+        return len(self.programs)
+
+    def __repr__(self) -> str:
+        return f"Sequence({len(self.programs)} programs)"
+
+
+@dataclass(frozen=True, eq=False)
+class Execute(Program):
+    """Run every vertex of a compute set: one BSP superstep (exchange, compute, sync)."""
+
+    compute_set: "ComputeSet"
+
+
+@dataclass(frozen=True, eq=False)
+class Copy(Program):
+    """Copy ``src`` into ``dst`` element by element (same shape and type)."""
+
+    src: "Tensor"
+    dst: "Tensor"
+
+    def __post_init__(self) -> None:
+        if self.src.shape != self.dst.shape:
+            raise GrucValueError(f"Copy shapes differ: src {list(self.src.shape)} vs dst "
+                                 f"{list(self.dst.shape)}")
+        if self.src.dtype != self.dst.dtype:
+            raise GrucTypeError(f"Copy types differ: src {self.src.dtype.name} vs dst "
+                                f"{self.dst.dtype.name}")
+
+
+@dataclass(frozen=True, eq=False)
+class WriteUndef(Program):
+    """Declare ``tensor``'s current value dead: its bytes may be reused until it is next written."""
+
+    tensor: "Tensor"
+
+
+@dataclass(frozen=True, eq=False)
+class Repeat(Program):
+    """Run ``body`` ``count`` times."""
+
+    count: int
+    body: Program
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.count, int) or self.count < 0:
+            raise GrucValueError(f"Repeat count {self.count!r} must be an integer >= 0")
+        _check_program(self.body, "Repeat body")
+
+    def children(self) -> tuple[Program, ...]:
+        return (self.body,)
+
+
+@dataclass(frozen=True, eq=False)
+class RepeatWhileTrue(Program):
+    """Run ``condition``; while the scalar ``predicate`` is non-zero, run ``body`` and repeat."""
+
+    condition: Program
+    predicate: "Tensor"
+    body: Program
+
+    def __post_init__(self) -> None:
+        _check_program(self.condition, "RepeatWhileTrue condition")
+        _check_program(self.body, "RepeatWhileTrue body")
+        if self.predicate.num_elements != 1:
+            raise GrucValueError(f"RepeatWhileTrue predicate must have one element, got shape "
+                                 f"{list(self.predicate.shape)}")
+
+    def children(self) -> tuple[Program, ...]:
+        return (self.condition, self.body)
+
+
+@dataclass(frozen=True, eq=False)
+class If(Program):
+    """Run ``then`` if the scalar ``predicate`` is non-zero, else ``otherwise``."""
+
+    predicate: "Tensor"
+    then: Program
+    otherwise: Program = field(default_factory=Sequence)
+
+    def __post_init__(self) -> None:
+        _check_program(self.then, "If then-branch")
+        _check_program(self.otherwise, "If else-branch")
+        if self.predicate.num_elements != 1:
+            raise GrucValueError(f"If predicate must have one element, got shape "
+                                 f"{list(self.predicate.shape)}")
+
+    def children(self) -> tuple[Program, ...]:
+        return (self.then, self.otherwise)
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Program):
+    """Run a graph function (``graph.add_function``): one copy of the code, many call sites."""
+
+    function: "Function"
+
+
+@dataclass(frozen=True, eq=False)
+class PrintTensor(Program):
+    """Record ``tensor``'s value under ``label``; the engine captures it (``engine.printed``)."""
+
+    label: str
+    tensor: "Tensor"
+
+
+@dataclass(frozen=True, eq=False)
+class Sync(Program):
+    """An explicit BSP synchronisation (costs sync cycles, changes no data)."""

@@ -1,0 +1,315 @@
+"""Tensors: variables and the views built over them.
+
+A :class:`Variable` is storage the graph owns (it will get bytes on tiles); every other
+:class:`Tensor` is a *view*: a primitive view operation (``gruc.ir.layout``) applied to one or more
+source tensors.  Views alias elements and never copy, exactly as in Poplar, so writing through a
+view writes the variable.  Each element of a graph has a global id; ``tensor.ids()`` gives the ids
+a view stands for, computed from strided layouts without touching the rest of the variable.
+
+Method names follow Poplar's ``Tensor`` API in snake_case (``dim_shuffle``, ``reshape_partial``,
+``dim_roll``, ...); Python indexing (``t[i]``, ``t[i:j]``, ``t[i, :, ::2]``) follows numpy.
+Tensors compare and hash by identity: two views of the same elements are still two values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
+from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, Layout, ReshapeOp, ReverseOp,
+                            Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_strides,
+                            materialise)
+from gruc.types import DType
+
+if TYPE_CHECKING:
+    from gruc.ir.graph import Graph
+
+
+def _as_shape(shape: Iterable[int], what: str = "shape") -> Shape:
+    try:
+        result = tuple(int(n) for n in shape)
+    except (TypeError, ValueError):
+        raise GrucTypeError(f"{what} {shape!r} must be a sequence of integers") from None
+    for n in result:
+        if n < 0:
+            raise GrucShapeError(f"{what} {list(result)} has a negative size {n}; sizes must be >= 0")
+    return result
+
+
+class Tensor:
+    """A view of graph elements with a shape and an element type."""
+
+    __slots__ = ("graph", "shape", "dtype", "op", "sources", "_layout", "__weakref__")
+
+    def __init__(self, graph: "Graph", shape: Shape, dtype: DType, op: ViewOp | None,
+                 sources: tuple["Tensor", ...]) -> None:
+        self.graph = graph
+        self.shape = shape
+        self.dtype = dtype
+        self.op = op
+        self.sources = sources
+        self._layout: Layout | None = None
+
+    # ---- construction of views -------------------------------------------------------------
+    @staticmethod
+    def apply_view(op: ViewOp, sources: Sequence["Tensor"]) -> "Tensor":
+        """The view ``op`` of ``sources`` (the one place views are made; the parser uses it too)."""
+        first = sources[0]
+        for other in sources[1:]:
+            if other.graph is not first.graph:
+                raise GrucValueError("cannot combine tensors of different graphs in one view")
+            if other.dtype != first.dtype:
+                raise GrucTypeError(f"cannot {op.keyword} tensors of types {first.dtype.name} and "
+                                    f"{other.dtype.name}")
+        shape = op.result_shape([s.shape for s in sources])
+        return Tensor(first.graph, shape, first.dtype, op, tuple(sources))
+
+    def slice(self, begin: int | Sequence[int], end: int | Sequence[int], dim: int = 0) -> "Tensor":
+        """Elements ``[begin, end)`` of dimension ``dim``; or, given sequences, of every dimension."""
+        if isinstance(begin, (int, np.integer)) and isinstance(end, (int, np.integer)):
+            self._check_dim(dim, "slice")
+            begins = [0] * self.rank
+            ends = list(self.shape)
+            begins[dim], ends[dim] = int(begin), int(end)
+            return self.apply_view(SliceOp(tuple(begins), tuple(ends)), [self])
+        return self.apply_view(SliceOp(tuple(int(b) for b in begin), tuple(int(e) for e in end)),
+                               [self])
+
+    def __getitem__(self, key) -> "Tensor":
+        """numpy-style basic indexing: ints, slices (any step) and ``...`` are accepted."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            at = key.index(Ellipsis)
+            fill = self.rank - (len(key) - 1)
+            key = key[:at] + (slice(None),) * fill + key[at + 1:]
+        if len(key) > self.rank:
+            raise GrucIndexError(f"too many indices ({len(key)}) for a rank-{self.rank} tensor "
+                                 f"of shape {list(self.shape)}")
+        result: Tensor = self
+        dim = 0
+        for k in key:
+            if isinstance(k, (int, np.integer)):
+                result = result._index(int(k), dim)
+            elif isinstance(k, slice):
+                result = result._python_slice(k, dim)
+                dim += 1
+            else:
+                raise GrucTypeError(f"index {k!r} is not an int, a slice or ...")
+        return result
+
+    def _index(self, i: int, dim: int) -> "Tensor":
+        size = self.shape[dim]
+        if not -size <= i < size:
+            raise GrucIndexError(f"index {i} is out of range for dimension {dim} of size {size} "
+                                 f"(allowed {-size}..{size - 1})")
+        i %= size
+        return self.slice(i, i + 1, dim).squeeze([dim])
+
+    def _python_slice(self, key: slice, dim: int) -> "Tensor":
+        start, stop, step = key.indices(self.shape[dim])
+        count = len(range(start, stop, step))
+        if step > 0:
+            result = self.slice(start, start + max(count - 1, 0) * step + (count > 0), dim)
+        else:
+            lowest = start + (count - 1) * step if count else 0
+            result = self.slice(lowest, lowest + (start - lowest + 1 if count else 0), dim).reverse(dim)
+        return result.subsample(abs(step), dim) if abs(step) != 1 else result
+
+    def subsample(self, stride: int, dim: int) -> "Tensor":
+        """Every ``stride``-th element of ``dim`` (Poplar ``subSample``)."""
+        return self.apply_view(SubsampleOp(int(stride), int(dim)), [self])
+
+    def reverse(self, dim: int) -> "Tensor":
+        """Dimension ``dim`` in reverse order."""
+        return self.apply_view(ReverseOp(int(dim)), [self])
+
+    def reshape(self, shape: Iterable[int]) -> "Tensor":
+        """Same elements in row-major order with a new shape."""
+        return self.apply_view(ReshapeOp(_as_shape(shape)), [self])
+
+    def reshape_partial(self, begin: int, end: int, new_dims: Iterable[int]) -> "Tensor":
+        """Reshape only dimensions ``[begin, end)`` into ``new_dims``."""
+        if not 0 <= begin <= end <= self.rank:
+            raise GrucIndexError(f"reshape_partial range [{begin}, {end}) is out of range for rank "
+                                 f"{self.rank} (allowed 0 <= begin <= end <= {self.rank})")
+        return self.reshape(self.shape[:begin] + _as_shape(new_dims) + self.shape[end:])
+
+    def flatten(self, begin: int | None = None, end: int | None = None) -> "Tensor":
+        """All dimensions as one (no arguments), or dimensions ``[begin, end)`` as one."""
+        if begin is None and end is None:
+            return self.reshape((self.num_elements,))
+        begin = 0 if begin is None else begin
+        end = self.rank if end is None else end
+        if not 0 <= begin < end <= self.rank:
+            raise GrucIndexError(f"flatten range [{begin}, {end}) is out of range for rank "
+                                 f"{self.rank} (allowed 0 <= begin < end <= {self.rank})")
+        return self.reshape_partial(begin, end, [math.prod(self.shape[begin:end])])
+
+    def expand(self, dims: Iterable[int]) -> "Tensor":
+        """Insert singleton dimensions at positions ``dims`` of the result (numpy ``expand_dims``)."""
+        dims = sorted(int(d) for d in dims)
+        rank = self.rank + len(dims)
+        if len(set(dims)) != len(dims) or any(not 0 <= d < rank for d in dims):
+            raise GrucIndexError(f"expand positions {dims} must be distinct and within 0..{rank - 1}")
+        shape = list(self.shape)
+        for d in dims:
+            shape.insert(d, 1)
+        return self.reshape(shape)
+
+    def squeeze(self, dims: Iterable[int] | None = None) -> "Tensor":
+        """Remove singleton dimensions ``dims`` (all singleton dimensions if None)."""
+        if dims is None:
+            dims = [d for d, n in enumerate(self.shape) if n == 1]
+        dims = sorted(set(int(d) for d in dims))
+        for d in dims:
+            self._check_dim(d, "squeeze")
+            if self.shape[d] != 1:
+                raise GrucShapeError(f"cannot squeeze dimension {d} of shape {list(self.shape)}: "
+                                     f"its size is {self.shape[d]}, not 1")
+        return self.reshape([n for d, n in enumerate(self.shape) if d not in dims])
+
+    def broadcast(self, times: int, dim: int) -> "Tensor":
+        """The tensor repeated ``times`` times along ``dim`` (a singleton dim is stretched)."""
+        return self.apply_view(BroadcastOp(int(times), int(dim)), [self])
+
+    def broadcast_to(self, shape: Iterable[int]) -> "Tensor":
+        """numpy broadcasting to ``shape``: leading dims added, singleton dims stretched."""
+        shape = _as_shape(shape)
+        if len(shape) < self.rank:
+            raise GrucShapeError(f"cannot broadcast shape {list(self.shape)} to {list(shape)}")
+        result = self.reshape((1,) * (len(shape) - self.rank) + self.shape) \
+            if len(shape) > self.rank else self
+        for d, (have, want) in enumerate(zip(result.shape, shape)):
+            if have == want:
+                continue
+            if have != 1:
+                raise GrucShapeError(f"cannot broadcast shape {list(self.shape)} to {list(shape)}: "
+                                     f"dimension {d} is {have}, not 1 or {want}")
+            result = result.broadcast(want, d)
+        return result
+
+    def dim_shuffle(self, perm: Iterable[int]) -> "Tensor":
+        """Permute dimensions: result dim ``k`` is this tensor's dim ``perm[k]``."""
+        return self.apply_view(DimShuffleOp(tuple(int(p) for p in perm)), [self])
+
+    def transpose(self) -> "Tensor":
+        """Swap the two dimensions of a matrix (Poplar ``transpose`` is defined for rank 2 only)."""
+        if self.rank != 2:
+            raise GrucShapeError(f"transpose needs a rank-2 tensor, got shape {list(self.shape)}; "
+                                 "use dim_shuffle for other ranks")
+        return self.dim_shuffle((1, 0))
+
+    def dim_roll(self, dim: int, new_position: int) -> "Tensor":
+        """Move dimension ``dim`` to ``new_position``, keeping the others in order (``moveaxis``)."""
+        self._check_dim(dim, "dim_roll")
+        self._check_dim(new_position, "dim_roll")
+        order = [d for d in range(self.rank) if d != dim]
+        order.insert(new_position, dim)
+        return self.dim_shuffle(order)
+
+    def append(self, other: "Tensor", dim: int) -> "Tensor":
+        """``other`` (one rank lower) appended as a new last element along ``dim`` (Poplar)."""
+        return concat([self, other.expand([dim])], dim)
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def dim(self, i: int) -> int:
+        self._check_dim(i, "dim")
+        return self.shape[i]
+
+    @property
+    def num_elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def element_type(self) -> DType:
+        return self.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.num_elements * self.dtype.size
+
+    @property
+    def is_variable(self) -> bool:
+        return self.op is None
+
+    def layout(self) -> Layout:
+        """Strided or dense ids of this view (cached; views are immutable)."""
+        if self._layout is None:
+            layouts = [s.layout() for s in self.sources]
+            self._layout = self.op.apply(layouts, [s.shape for s in self.sources], self.shape)
+        return self._layout
+
+    def ids(self) -> np.ndarray:
+        """Global element ids, shaped like the tensor."""
+        return materialise(self.layout(), self.shape)
+
+    def flat_ids(self) -> np.ndarray:
+        return self.ids().reshape(-1)
+
+    def variables(self) -> list["Variable"]:
+        """The variables this view reads from, in first-use order, without repeats."""
+        seen: dict[int, Variable] = {}
+        stack: list[Tensor] = [self]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, Variable):
+                seen.setdefault(id(t), t)
+            else:
+                stack.extend(reversed(t.sources))
+        return list(seen.values())
+
+    def _check_dim(self, dim: int, what: str) -> None:
+        if not 0 <= dim < self.rank:
+            raise GrucIndexError(f"{what}: dimension {dim} is out of range for shape "
+                                 f"{list(self.shape)} (allowed 0..{self.rank - 1})")
+
+    def __array__(self, *args, **kwargs):
+        raise GrucTypeError("a gruc Tensor lives on the simulated device; read it with "
+                            "engine.read_tensor(name) after graph.create_host_read(name, tensor)")
+
+    def __iter__(self):
+        raise GrucTypeError("iterate over a Tensor by index: t[i] for i in range(t.dim(0))")
+
+    def __repr__(self) -> str:
+        what = "var" if self.op is None else self.op.keyword
+        return f"<Tensor {what} {self.dtype}{list(self.shape)}>"
+
+
+class Variable(Tensor):
+    """Storage of the graph: a run of consecutive global element ids."""
+
+    __slots__ = ("name", "first_id", "constant")
+
+    def __init__(self, graph: "Graph", shape: Shape, dtype: DType, name: str, first_id: int,
+                 constant: np.ndarray | None = None) -> None:
+        super().__init__(graph, shape, dtype, None, ())
+        self.name = name
+        self.first_id = first_id
+        self.constant = constant
+        self._layout = Strided(first_id, contiguous_strides(shape))
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant is not None
+
+    def __repr__(self) -> str:
+        kind = "const" if self.is_constant else "var"
+        return f"<{kind} {self.name!r} {self.dtype}{list(self.shape)}>"
+
+
+def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Join tensors along ``dim`` (a view; nothing is copied)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise GrucValueError("concat needs at least one tensor")
+    if len(tensors) == 1:
+        return tensors[0]
+    return Tensor.apply_view(ConcatOp(int(dim)), tensors)
