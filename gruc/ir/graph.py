@@ -2,7 +2,7 @@
 
 A :class:`Graph` is built for one :class:`~gruc.target.Target` and changes only through its
 methods, which check their arguments and say what was wrong.  Tile mappings are kept per element
-in one growable int64 array indexed by global element id, so mapping any view — a slice of a
+in one growable int32 array indexed by global element id, so mapping any view — a slice of a
 million-element tensor, a transpose, a concatenation of several variables — is one numpy gather
 and a run-length compression (``get_tile_mapping``).
 """
@@ -81,7 +81,7 @@ class Graph:
         self.functions: list[Function] = []
         self.host_writes: dict[str, Tensor] = {}
         self.host_reads: dict[str, Tensor] = {}
-        self._tile_of_id = np.zeros(1024, dtype=np.int64)
+        self._tile_of_id = np.zeros(1024, dtype=np.int32)
         self._num_ids = 0
         self._variable_starts = np.zeros(0, dtype=np.int64)
 
@@ -117,11 +117,12 @@ class Graph:
         count = math.prod(shape)
         needed = self._num_ids + count
         if needed > len(self._tile_of_id):
-            grown = np.full(max(needed, 2 * len(self._tile_of_id)), UNMAPPED, dtype=np.int64)
+            grown = np.full(max(needed, 2 * len(self._tile_of_id)), UNMAPPED, dtype=np.int32)
             grown[:self._num_ids] = self._tile_of_id[:self._num_ids]
             self._tile_of_id = grown
         self._tile_of_id[self._num_ids:needed] = UNMAPPED
-        var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", self._num_ids, constant)
+        var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", len(self.variables),
+                       self._num_ids, constant)
         self._num_ids = needed
         self.variables.append(var)
         return var
@@ -173,7 +174,12 @@ class Graph:
 
     def element_tiles(self, tensor: Tensor) -> np.ndarray:
         """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""
-        return self._tile_of_id[self._own(tensor).flat_ids()]
+        start = self._own(tensor).contiguous_start()
+        if start is None:
+            return self._tile_of_id[tensor.flat_ids()]
+        tiles = self._tile_of_id[start:start + tensor.num_elements]
+        tiles.flags.writeable = False
+        return tiles
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         return bool(np.all(self.element_tiles(tensor) != UNMAPPED))
@@ -195,8 +201,13 @@ class Graph:
                f"min_elements_per_tile {min_elements_per_tile} must be >= 0")
         bounds = linear_partition(tensor.num_elements, self.target.num_tiles, grain_size,
                                   min_elements_per_tile)
-        tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
-        self._tile_of_id[tensor.flat_ids()] = tiles
+        start = tensor.contiguous_start()
+        if start is None:
+            tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
+            self._tile_of_id[tensor.flat_ids()] = tiles
+            return
+        for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            self._tile_of_id[start + begin:start + end] = tile
 
     def detect_innermost_grouping(self, tensor: Tensor) -> int:
         """poplibs' ``detectInnermostGrouping``: how many innermost elements stay together.

@@ -49,10 +49,23 @@ def contiguous_strides(shape: Shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def contiguous_start(layout: Layout, shape: Shape) -> int | None:
+    """The first id if the layout is one run of consecutive ids in row-major order, else None."""
+    if not isinstance(layout, Strided):
+        return None
+    expected = contiguous_strides(shape)
+    if all(n == 1 or s == e for n, s, e in zip(shape, layout.strides, expected)):
+        return layout.offset
+    return None
+
+
 def materialise(layout: Layout, shape: Shape) -> np.ndarray:
     """The int64 id array of a layout, shaped ``shape``."""
     if isinstance(layout, np.ndarray):
         return layout
+    start = contiguous_start(layout, shape)
+    if start is not None:
+        return np.arange(start, start + math.prod(shape), dtype=np.int64).reshape(shape)
     ids = np.array(layout.offset, dtype=np.int64)
     for size, stride in zip(shape, layout.strides):
         ids = ids[..., None] + np.arange(size, dtype=np.int64) * stride

@@ -50,9 +50,9 @@ class TileMapping:
     @classmethod
     def from_element_tiles(cls, element_tiles: np.ndarray) -> "TileMapping":
         """Compress a per-element tile array into runs."""
-        flat = np.asarray(element_tiles, dtype=np.int64).reshape(-1)
+        flat = np.asarray(element_tiles).reshape(-1)
         begins, ends = runs_of(flat)
-        return cls(begins, ends, flat[begins] if len(flat) else np.zeros(0, np.int64), len(flat))
+        return cls(begins, ends, flat[begins].astype(np.int64), len(flat))
 
     @classmethod
     def from_per_tile(cls, per_tile: list[list[tuple[int, int]]], num_elements: int) -> "TileMapping":

@@ -20,8 +20,8 @@ import numpy as np
 
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, Layout, ReshapeOp, ReverseOp,
-                            Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_strides,
-                            materialise)
+                            Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_start,
+                            contiguous_strides, materialise)
 from gruc.types import DType
 
 if TYPE_CHECKING:
@@ -254,6 +254,10 @@ class Tensor:
     def flat_ids(self) -> np.ndarray:
         return self.ids().reshape(-1)
 
+    def contiguous_start(self) -> int | None:
+        """First global id if the view is one run of consecutive ids (row-major), else None."""
+        return contiguous_start(self.layout(), self.shape)
+
     def variables(self) -> list["Variable"]:
         """The variables this view reads from, in first-use order, without repeats."""
         seen: dict[int, Variable] = {}
@@ -286,12 +290,14 @@ class Tensor:
 class Variable(Tensor):
     """Storage of the graph: a run of consecutive global element ids."""
 
-    __slots__ = ("name", "first_id", "constant")
+    __slots__ = ("name", "index", "first_id", "constant")
 
-    def __init__(self, graph: "Graph", shape: Shape, dtype: DType, name: str, first_id: int,
-                 constant: np.ndarray | None = None) -> None:
+    def __init__(self, graph: "Graph", shape: Shape, dtype: DType, name: str, index: int,
+                 first_id: int, constant: np.ndarray | None = None) -> None:
         super().__init__(graph, shape, dtype, None, ())
         self.name = name
+        self.index = index
+        """Position in ``graph.variables``: how analyses name the variable."""
         self.first_id = first_id
         self.constant = constant
         self._layout = Strided(first_id, contiguous_strides(shape))

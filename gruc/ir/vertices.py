@@ -21,7 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
-from gruc.ir import expr as ex
+import gruc.ir.expr as ex
 from gruc.types import BOOL, DType
 
 if TYPE_CHECKING:

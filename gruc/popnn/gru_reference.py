@@ -330,14 +330,14 @@ class TrainStepResult:
 # ------------------------------------------------------------------------------------------------
 
 def _as_float64(name: str, value: Any) -> np.ndarray:
+    """A fresh float64 copy of ``value`` (so later changes by the caller cannot leak in)."""
+    if np.iscomplexobj(value):
+        raise GrucTypeError(f"{name} must be real; got a complex array")
     try:
-        arr = np.array(value, dtype=np.float64, copy=True)
+        return np.array(value, dtype=np.float64, copy=True)
     except (TypeError, ValueError) as exc:
         raise GrucTypeError(f"{name} must be a real numeric array; got {type(value).__name__} "
                             f"({exc})") from None
-    if np.iscomplexobj(np.asarray(value)):
-        raise GrucTypeError(f"{name} must be real; got a complex array")
-    return arr
 
 
 def _expect_shape(name: str, arr: np.ndarray, shape: tuple[int, ...], meaning: str) -> None:
@@ -526,7 +526,7 @@ def backward(fwd: ForwardResult, grad_output, *, calc_input_gradients: bool = Tr
             g_t = g_out if t == S - 1 else np.zeros((B, H))
         dh = g_t + gh
         h_prev = fwd.states[t]
-        r, u, c = fwd.intermediates[t, RESET], fwd.intermediates[t, UPDATE], fwd.intermediates[t, CANDIDATE]
+        r, u, c = fwd.intermediates[t, :3]                   # fixed order: reset, update, candidate
         u0 = fwd.update_before_attention[t]
         pre_r, pre_u, pre_c = fwd.preactivations[t]
 

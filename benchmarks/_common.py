@@ -1,0 +1,43 @@
+"""Shared helpers of the benchmark scripts: timing and atomic JSON results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``results/<name>.json`` atomically (a reader never sees a torn file)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target = RESULTS / f"{name}.json"
+    fd, tmp = tempfile.mkstemp(dir=RESULTS, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"benchmark": name, "machine": machine(), **payload}, handle, indent=2,
+                  sort_keys=True)
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,184 @@
+"""The verifier: the rules a well-formed module obeys, checked apart from construction.
+
+Builders check their arguments as they go, but passes rewrite modules and parsers read text, so
+the rules are checked again here, between passes in tests (``verify-each``).  A broken rule
+raises :class:`~gruc.errors.GrucVerifyError` whose message shows the offending line of the
+printed IR with its neighbours, so the reader sees the culprit in context.
+
+Rules:
+
+* every tensor a module uses belongs to its graph and every variable it uses is fully mapped;
+* compute sets and functions named by programs belong to the graph;
+* each vertex has the fields and parameters its kind declares, passes its kind's shape and type
+  check, and writes no element twice (an Output or InOut field holds no repeated element);
+* an InOut field does not alias any other field of its vertex;
+* a Copy does not write a constant or the same element twice;
+* a variable that is read is written somewhere (by a program, the host, or as a constant);
+* with ``require_local=True`` (after the ``exchange`` pass): every vertex touches only the memory
+  of the tile it runs on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gruc.errors import GrucError, GrucVerifyError
+from gruc.ir.effects import EffectTable
+from gruc.ir.graph import Graph, Vertex
+from gruc.ir.module import Module
+from gruc.ir.program import Call, Copy, Execute, If, RepeatWhileTrue
+from gruc.ir.tensor import Tensor
+
+CONTEXT_LINES = 3
+
+
+def _context(module: Module, culprit: object) -> str:
+    """The printed IR around ``culprit``'s line, the line itself marked with ``>``."""
+    from gruc.ir.printer import print_module_with_lines  # the printer imports this package
+
+    try:
+        text, lines = print_module_with_lines(module)
+    except GrucError as error:
+        return f"(the module could not be printed: {error})"
+    all_lines = text.splitlines()
+    at = lines.get(id(culprit))
+    if at is None:
+        return "(the offending object is not part of the printed module)"
+    first, last = max(1, at - CONTEXT_LINES), min(len(all_lines), at + CONTEXT_LINES)
+    width = len(str(last))
+    return "\n".join(f"{'>' if n == at else ' '} {n:>{width}} | {all_lines[n - 1]}"
+                     for n in range(first, last + 1))
+
+
+class _Verifier:
+    def __init__(self, module: Module, require_local: bool) -> None:
+        self.module = module
+        self.graph: Graph = module.graph
+        self.require_local = require_local
+
+    def fail(self, culprit: object, message: str) -> None:
+        raise GrucVerifyError(f"{message}\n{_context(self.module, culprit)}")
+
+    # ---- tensors ------------------------------------------------------------------------------
+    def tensor(self, culprit: object, tensor: Tensor, role: str) -> None:
+        if not isinstance(tensor, Tensor) or tensor.graph is not self.graph:
+            self.fail(culprit, f"{role} is not a tensor of this graph")
+        for var in tensor.variables():
+            if not self.graph.is_fully_mapped(var):
+                self.fail(culprit, f"{role} uses variable {var.name!r} "
+                                   f"{var.dtype}{list(var.shape)}, which is not fully mapped to tiles")
+
+    def no_repeats(self, culprit: object, tensor: Tensor, role: str) -> None:
+        ids = tensor.flat_ids()
+        if len(np.unique(ids)) != len(ids):
+            self.fail(culprit, f"{role} writes some elements more than once (it is a broadcast "
+                               "or overlapping view)")
+
+    # ---- vertices -----------------------------------------------------------------------------
+    def vertex(self, vertex: Vertex) -> None:
+        kind = vertex.kind
+        for name in vertex.fields:
+            if name not in kind.fields:
+                self.fail(vertex, f"vertex {kind.name} has no field {name!r}")
+        for name, spec in kind.fields.items():
+            if name not in vertex.fields and not spec.optional:
+                self.fail(vertex, f"vertex {kind.name} is missing field {name!r}")
+        if sorted(vertex.params) != sorted(kind.params):
+            self.fail(vertex, f"vertex {kind.name} takes parameters {list(kind.params)}, "
+                              f"has {sorted(vertex.params)}")
+        for name, tensor in vertex.tensors():
+            self.tensor(vertex, tensor, f"field {name!r} of vertex {kind.name}")
+            base = name.split("[")[0]
+            if kind.fields[base].direction.writes:
+                self.no_repeats(vertex, tensor, f"field {name!r} of vertex {kind.name}")
+        if kind.check is not None:
+            try:
+                kind.check(vertex)
+            except GrucError as error:
+                self.fail(vertex, f"vertex {kind.name}: {error}")
+        self.in_out_alias(vertex)
+        if self.require_local:
+            self.locality(vertex)
+
+    def in_out_alias(self, vertex: Vertex) -> None:
+        fields = vertex.tensors()
+        for name, tensor in fields:
+            if vertex.kind.fields[name.split("[")[0]].direction.name != "INOUT":
+                continue
+            mine = tensor.flat_ids()
+            for other_name, other in fields:
+                if other_name != name and np.intersect1d(mine, other.flat_ids()).size:
+                    self.fail(vertex, f"InOut field {name!r} of vertex {vertex.kind.name} aliases "
+                                      f"field {other_name!r}: an in-place operand must not overlap "
+                                      "any other operand")
+
+    def locality(self, vertex: Vertex) -> None:
+        graph = self.graph
+        if vertex.tile is not None:
+            for name, tensor in vertex.tensors():
+                tiles = graph.element_tiles(tensor)
+                if np.any(tiles != vertex.tile):
+                    far = int(tiles[tiles != vertex.tile][0])
+                    self.fail(vertex, f"field {name!r} of vertex {vertex.kind.name} on tile "
+                                      f"{vertex.tile} has elements on tile {far}; exchange them first")
+            return
+        home = graph.element_tiles(vertex.fields[vertex.kind.split])
+        for name, tensor in vertex.tensors():
+            away = graph.element_tiles(tensor) != home
+            if np.any(away):
+                self.fail(vertex, f"field {name!r} of vertex {vertex.kind.name} has "
+                                  f"{int(away.sum())} elements on other tiles than the elements of "
+                                  f"{vertex.kind.split!r} they pair with; exchange them first")
+
+    # ---- programs -----------------------------------------------------------------------------
+    def programs(self) -> None:
+        graph = self.graph
+        compute_sets = {id(cs) for cs in graph.compute_sets}
+        functions = {id(f) for f in graph.functions}
+        for node in self.module.walk():
+            if isinstance(node, Execute) and id(node.compute_set) not in compute_sets:
+                self.fail(node, f"Execute names compute set {node.compute_set.name!r}, "
+                                "which is not in this graph")
+            elif isinstance(node, Call) and id(node.function) not in functions:
+                self.fail(node, f"Call names function {node.function.name!r}, "
+                                "which is not in this graph")
+            elif isinstance(node, Copy):
+                self.tensor(node, node.src, "Copy source")
+                self.tensor(node, node.dst, "Copy destination")
+                if any(v.is_constant for v in node.dst.variables()):
+                    self.fail(node, "Copy writes into a constant")
+                self.no_repeats(node, node.dst, "Copy destination")
+            elif isinstance(node, (If, RepeatWhileTrue)):
+                self.tensor(node, node.predicate, f"{type(node).__name__} predicate")
+        for cs in graph.compute_sets:
+            for vertex in cs.vertices:
+                self.vertex(vertex)
+
+    def reads_have_writers(self) -> None:
+        graph = self.graph
+        effects = EffectTable(graph)
+        written: set[int] = set()
+        read_at: dict[int, object] = {}
+        for node in self.module.walk():
+            effect = effects.of(node)
+            written |= effect.writes
+            for var in effect.reads:
+                read_at.setdefault(var, node)
+        for stream in graph.host_writes.values():
+            written.update(v.index for v in stream.variables())
+        for var, node in sorted(read_at.items()):
+            variable = graph.variables[var]
+            if var not in written and not variable.is_constant:
+                self.fail(node, f"variable {variable.name!r} is read but nothing writes it "
+                                "(no program, host write or constant value)")
+
+    def run(self) -> None:
+        for name, tensor in {**self.graph.host_writes, **self.graph.host_reads}.items():
+            self.tensor(tensor, tensor, f"host stream {name!r}")
+        self.programs()
+        self.reads_have_writers()
+
+
+def verify(module: Module, *, require_local: bool = False) -> None:
+    """Raise :class:`GrucVerifyError` if ``module`` breaks a rule; return None if it is valid."""
+    _Verifier(module, require_local).run()

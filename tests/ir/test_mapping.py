@@ -1,0 +1,157 @@
+"""Tile mappings: poplibs' linear rule, queries on views, clone, innermost grouping, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gruc import (FLOAT, HALF, INT, Graph, GrucError, GrucIndexError, GrucMappingError,
+                  GrucTypeError, Target, TileMapping, concat)
+
+T16 = Target.custom(tiles_per_ipu=16)
+
+
+def per_tile(graph, t):
+    return graph.get_tile_mapping(t).per_tile(graph.target.num_tiles)
+
+
+def test_linear_mapping_worked_example_float_respects_128_bytes_per_tile():
+    # 100 floats, grain 2, >= 32 elements per tile: 50 grains split 16/17/17 -> 3 tiles
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (100,))
+    g.map_tensor_linearly(x)
+    assert per_tile(g, x)[:4] == [[(0, 32)], [(32, 66)], [(66, 100)], []]
+
+
+def test_linear_mapping_worked_example_half_uses_grain_of_four():
+    # 1000 halves: grain 4 -> 250 grains; >= 64 elements (16 grains) per tile -> 15 partitions
+    g = Graph(T16)
+    x = g.add_variable(HALF, (1000,))
+    g.map_tensor_linearly(x)
+    counts = g.get_tile_mapping(x).elements_per_tile(16)
+    grain_bounds = [k * 250 // 15 for k in range(16)]
+    assert counts.tolist() == [4 * (b - a) for a, b in zip(grain_bounds, grain_bounds[1:])] + [0]
+    assert all(c % 4 == 0 and c >= 64 for c in counts[:15])
+
+
+def test_linear_mapping_spreads_evenly_from_tile_zero_when_large():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4, 100))
+    g.map_tensor_linearly(x)
+    counts = g.get_tile_mapping(x).elements_per_tile(16)
+    assert counts.sum() == 400 and counts[0] > 0 and (counts > 0).sum() == 12
+    assert np.all(counts[:12] >= 32)
+    starts = [iv[0][0] for iv in per_tile(g, x) if iv]
+    assert starts == sorted(starts)  # tiles filled from 0 upward in element order
+
+
+def test_linear_mapping_explicit_grain_and_minimum():
+    g = Graph(T16)
+    x = g.add_variable(INT, (10,))
+    g.map_tensor_linearly(x, min_elements_per_tile=1, grain_size=1)
+    assert per_tile(g, x)[:11] == [[(k, k + 1)] for k in range(10)] + [[]]
+
+
+def test_mapping_of_views_follows_their_elements():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4, 8))
+    g.set_tile_mapping(x[:2], 3)
+    g.set_tile_mapping(x[2:], 5)
+    m = g.get_tile_mapping(x.transpose())
+    # transposed: each row of 4 elements alternates 3,3,5,5
+    assert m.element_tiles().tolist() == [3, 3, 5, 5] * 8
+    assert g.get_tile_mapping(x[1:3, 2]).element_tiles().tolist() == [3, 5]
+    both = concat([x[3], x[0]])
+    assert g.get_tile_mapping(both).per_tile(16)[5] == [(0, 8)]
+    assert g.get_tile_mapping(both).per_tile(16)[3] == [(8, 16)]
+
+
+def test_partial_mapping_and_is_fully_mapped():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (6,))
+    assert not g.is_fully_mapped(x)
+    g.set_tile_mapping(x[:3], 1)
+    assert g.is_fully_mapped(x[:3]) and not g.is_fully_mapped(x)
+    assert g.get_tile_mapping(x).tiles.tolist() == [1, -1]
+
+
+def test_set_tile_mapping_accepts_poplar_form_and_tile_mapping():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (2, 5))
+    poplar_form = [[(0, 4)], [], [(4, 10)]]
+    g.set_tile_mapping(x, poplar_form)
+    assert g.get_tile_mapping(x).per_tile(3) == poplar_form
+    y = g.add_variable(FLOAT, (10,))
+    g.set_tile_mapping(y, g.get_tile_mapping(x))
+    assert g.get_tile_mapping(y) == g.get_tile_mapping(x)
+
+
+def test_clone_keeps_shape_type_and_mapping_of_a_view():
+    g = Graph(T16)
+    x = g.add_variable(HALF, (3, 40))
+    g.map_tensor_linearly(x, grain_size=4, min_elements_per_tile=8)
+    view = x.transpose()[5:20]
+    c = g.clone(view, "c")
+    assert c.shape == view.shape and c.dtype is HALF and c.name == "c"
+    assert g.get_tile_mapping(c) == g.get_tile_mapping(view)
+    assert c.first_id != x.first_id
+
+
+def test_detect_innermost_grouping_matches_poplibs_definition():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4, 16))
+    g.map_tensor_linearly(x, min_elements_per_tile=8, grain_size=8)  # 8 elements per tile
+    assert g.detect_innermost_grouping(x) == 8          # gcd(longest on a tile 8, contiguous 16)
+    assert g.detect_innermost_grouping(x.transpose()) == 1  # innermost row is strided
+    y = g.add_variable(FLOAT, (2, 12))
+    g.set_tile_mapping(y, 0)
+    assert g.detect_innermost_grouping(y) == 12
+    assert g.detect_innermost_grouping(y[:, :6]) == 6
+    z = g.add_variable(FLOAT, (3, 6))
+    g.set_tile_mapping(z, [[(0, 4)], [(4, 18)]])       # first row: 4 on tile 0, 2 on tile 1
+    assert g.detect_innermost_grouping(z) == 2          # gcd(4 on one tile, 6 contiguous)
+    w = g.add_variable(FLOAT, (2, 5))
+    g.set_tile_mapping(w, [[(0, 2)], [(2, 10)]])       # gcd(3, 5) = 1
+    assert g.detect_innermost_grouping(w) == 1
+    with pytest.raises(GrucError, match="rank-0"):
+        g.detect_innermost_grouping(g.add_variable(FLOAT, ()))
+
+
+def test_contiguous_regions_split_at_variable_boundaries_and_strides():
+    g = Graph(T16)
+    a = g.add_variable(FLOAT, (2, 3))
+    b = g.add_variable(FLOAT, (4,))
+    assert g.contiguous_regions(concat([a.flatten(), b])) == [(0, 6), (6, 10)]
+    assert g.contiguous_regions(a.transpose()) == [(k, k + 1) for k in range(6)]
+
+
+@pytest.mark.parametrize("action, error, words", [
+    (lambda g, x: g.set_tile_mapping(x, 16), GrucIndexError, ["tile 16", "0..15"]),
+    (lambda g, x: g.set_tile_mapping(x, -1), GrucIndexError, ["tile -1", "0..15"]),
+    (lambda g, x: g.set_tile_mapping(x, [[(0, 3)]]), GrucMappingError, ["unmapped"]),
+    (lambda g, x: g.set_tile_mapping(x, TileMapping.from_element_tiles(np.zeros(3))),
+     GrucMappingError, ["3 elements", "has 6"]),
+    (lambda g, x: g.add_variable("float64", (2,)), GrucTypeError, ["'float64'", "half, float"]),
+    (lambda g, x: g.add_variable(FLOAT, (2, -3)), GrucError, ["negative size -3"]),
+    (lambda g, x: g.add_variable(FLOAT, "ab"), GrucTypeError, ["sequence of integers"]),
+    (lambda g, x: g.add_constant(FLOAT, (2, 3), np.ones(4)), GrucError, ["[4]", "[2, 3]"]),
+    (lambda g, x: g.map_tensor_linearly(x, grain_size=0), GrucError, ["grain_size 0"]),
+    (lambda g, x: Graph(Target.custom(tiles_per_ipu=4)).set_tile_mapping(x, 0), GrucError,
+     ["another graph"]),
+    (lambda g, x: g.create_host_read("", x), GrucError, ["non-empty"]),
+])
+def test_bad_mapping_and_graph_input(action, error, words):
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (6,))
+    with pytest.raises(error) as info:
+        action(g, x)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_host_stream_names_are_unique():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (6,))
+    g.create_host_write("x", x)
+    with pytest.raises(GrucError, match="already exists"):
+        g.create_host_write("x", x)

@@ -1,0 +1,179 @@
+"""Tensor views: every chain of view operations selects exactly the elements numpy selects."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gruc import FLOAT, Graph, GrucError, GrucIndexError, GrucShapeError, Target, concat
+
+SMALL = Target.custom(tiles_per_ipu=16)
+
+
+def fresh(shape, graph=None):
+    """A variable and the numpy array of the global ids it owns."""
+    graph = graph or Graph(SMALL)
+    var = graph.add_variable(FLOAT, shape)
+    ids = np.arange(var.first_id, var.first_id + math.prod(shape)).reshape(shape)
+    return graph, var, ids
+
+
+def _dim(data, rank):
+    return data.draw(st.integers(0, rank - 1))
+
+
+def step(data, graph, t, a):
+    """Apply one random view op to tensor ``t`` and the same op to numpy array ``a``."""
+    rank = t.rank
+    ops = ["reshape", "flatten", "expand", "getitem"]
+    if rank >= 1:
+        ops += ["slice", "reverse", "broadcast", "dim_roll", "dim_shuffle", "subsample", "concat",
+                "reshape_partial"]
+        if t.shape[0] > 0:
+            ops.append("index")
+    if rank == 2:
+        ops.append("transpose")
+    if 1 in t.shape:
+        ops.append("squeeze")
+    op = data.draw(st.sampled_from(ops), label="op")
+    if op == "slice":
+        d = _dim(data, rank)
+        b = data.draw(st.integers(0, t.shape[d]))
+        e = data.draw(st.integers(b, t.shape[d]))
+        index = [slice(None)] * rank
+        index[d] = slice(b, e)
+        return t.slice(b, e, d), a[tuple(index)]
+    if op == "index":
+        i = data.draw(st.integers(-t.shape[0], t.shape[0] - 1))
+        return t[i], a[i]
+    if op == "getitem":
+        key = []
+        for n in t.shape[:data.draw(st.integers(0, rank))]:
+            start = data.draw(st.none() | st.integers(-n - 1, n + 1))
+            stop = data.draw(st.none() | st.integers(-n - 1, n + 1))
+            stride = data.draw(st.sampled_from([None, 1, 2, 3, -1, -2]))
+            key.append(slice(start, stop, stride))
+        return t[tuple(key)], a[tuple(key)]
+    if op == "reshape":
+        n = t.num_elements
+        divisors = [k for k in range(1, n + 1) if n % k == 0] or [1]
+        k = data.draw(st.sampled_from(divisors))
+        shape = (k, n // k) if n else (0,)
+        return t.reshape(shape), a.reshape(shape)
+    if op == "reshape_partial":
+        d = _dim(data, rank)
+        n = t.shape[d]
+        k = data.draw(st.sampled_from([k for k in range(1, n + 1) if n % k == 0] or [1]))
+        dims = (k, n // k) if n else (0, 1)
+        return t.reshape_partial(d, d + 1, dims), a.reshape(a.shape[:d] + dims + a.shape[d + 1:])
+    if op == "flatten":
+        if rank >= 2 and data.draw(st.booleans()):
+            b = data.draw(st.integers(0, rank - 2))
+            e = data.draw(st.integers(b + 1, rank))
+            shape = a.shape[:b] + (math.prod(a.shape[b:e]),) + a.shape[e:]
+            return t.flatten(b, e), a.reshape(shape)
+        return t.flatten(), a.reshape(-1)
+    if op == "expand":
+        d = data.draw(st.integers(0, rank))
+        return t.expand([d]), np.expand_dims(a, d)
+    if op == "squeeze":
+        dims = [d for d, n in enumerate(t.shape) if n == 1]
+        chosen = data.draw(st.lists(st.sampled_from(dims), min_size=1, unique=True))
+        return t.squeeze(chosen), np.squeeze(a, tuple(chosen))
+    if op == "broadcast":
+        d = _dim(data, rank)
+        n = data.draw(st.integers(1, 3))
+        return t.broadcast(n, d), np.concatenate([a] * n, axis=d)
+    if op == "transpose":
+        return t.transpose(), a.T
+    if op == "dim_shuffle":
+        perm = data.draw(st.permutations(range(rank)))
+        return t.dim_shuffle(perm), np.transpose(a, perm)
+    if op == "dim_roll":
+        src, dst = _dim(data, rank), _dim(data, rank)
+        return t.dim_roll(src, dst), np.moveaxis(a, src, dst)
+    if op == "reverse":
+        d = _dim(data, rank)
+        return t.reverse(d), np.flip(a, d)
+    if op == "subsample":
+        d = _dim(data, rank)
+        s = data.draw(st.integers(1, 3))
+        index = [slice(None)] * rank
+        index[d] = slice(None, None, s)
+        return t.subsample(s, d), a[tuple(index)]
+    # concat with a view of a different variable
+    d = _dim(data, rank)
+    shape = list(t.shape)
+    shape[d] = data.draw(st.integers(0, 3))
+    _, other, other_ids = fresh(tuple(shape), graph)
+    if data.draw(st.booleans()):
+        return concat([t, other.reverse(d)], d), np.concatenate([a, np.flip(other_ids, d)], d)
+    return concat([other, t], d), np.concatenate([other_ids, a], d)
+
+
+@settings(deadline=None, max_examples=300)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
+def test_random_view_chains_select_what_numpy_selects(shape, data):
+    graph, t, a = fresh(tuple(shape))
+    length = data.draw(st.integers(6, 12), label="chain length")
+    for _ in range(length):
+        if t.num_elements > 2000:
+            break
+        t, a = step(data, graph, t, a)
+        assert t.shape == a.shape
+    assert np.array_equal(t.ids(), a)
+
+
+def test_views_alias_not_copy():
+    graph, x, ids = fresh((2, 3, 4))
+    view = x.dim_shuffle((2, 0, 1))[1:3].flatten(1, 3)
+    assert view.variables() == [x]
+    assert np.array_equal(view.ids(), ids.transpose(2, 0, 1)[1:3].reshape(2, 6))
+    assert len(graph.variables) == 1
+
+
+def test_strided_slices_of_huge_variables_do_not_materialise_the_variable():
+    graph = Graph(Target.ipu2())
+    big = graph.add_variable(FLOAT, (1000, 64, 256))
+    piece = big[500, 3:5, ::-64]
+    expected = big.first_id + 500 * 64 * 256 + np.array([[3 * 256 + 255 - 64 * k for k in range(4)],
+                                                         [4 * 256 + 255 - 64 * k for k in range(4)]])
+    assert np.array_equal(piece.ids(), expected)
+
+
+def test_shape_queries():
+    _, x, _ = fresh((2, 3, 4))
+    assert x.rank == 3 and x.dim(1) == 3 and x.num_elements == 24
+    assert x.element_type is FLOAT and x.nbytes == 96
+    assert x.append(x[0], 0).shape == (3, 3, 4)
+
+
+@pytest.mark.parametrize("build, error, words", [
+    (lambda x: x.slice(0, 5, 1), GrucIndexError, ["[0, 5)", "dimension 1", "<= 3"]),
+    (lambda x: x.slice(0, 1, 3), GrucIndexError, ["dimension 3", "0..2"]),
+    (lambda x: x[2], GrucIndexError, ["index 2", "size 2", "-2..1"]),
+    (lambda x: x.reshape((5, 5)), GrucShapeError, ["[2, 3, 4]", "[5, 5]"]),
+    (lambda x: x.reshape((-1, 24)), GrucShapeError, ["negative"]),
+    (lambda x: x.squeeze([0]), GrucShapeError, ["dimension 0", "size is 2"]),
+    (lambda x: x.transpose(), GrucShapeError, ["rank-2"]),
+    (lambda x: x.dim_shuffle((0, 0, 1)), GrucError, ["not a permutation"]),
+    (lambda x: concat([x, x[:, :2, :3]], 1), GrucShapeError, ["concat", "[2, 3, 4]", "[2, 2, 3]"]),
+    (lambda x: x.broadcast(0, 1), GrucError, ["broadcast count 0"]),
+    (lambda x: x[0, 0, 0, 0], GrucIndexError, ["too many indices"]),
+])
+def test_bad_views_name_the_value_and_the_allowed_range(build, error, words):
+    _, x, _ = fresh((2, 3, 4))
+    with pytest.raises(error) as info:
+        build(x)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_tensor_refuses_to_be_used_as_host_data():
+    _, x, _ = fresh((2, 3))
+    with pytest.raises(GrucError, match="read_tensor"):
+        np.asarray(x)
