@@ -181,6 +181,10 @@ class Graph:
         tiles.flags.writeable = False
         return tiles
 
+    def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
+        """The tile of each global element id."""
+        return self._tile_of_id[ids]
+
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         return bool(np.all(self.element_tiles(tensor) != UNMAPPED))
 

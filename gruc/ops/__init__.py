@@ -1,0 +1,1 @@
+"""Op builders in the style of popops / poplin / popnn: they only call the IR API."""

@@ -1,0 +1,105 @@
+"""The Engine: compile a graph's programs for the simulated IPU, run them, move tensors to and from
+the host, and report memory and cycles (Poplar's ``Engine``).
+
+Compiling runs the pass pipeline, verifies the module, plans tile memory, lowers every step to
+memory addresses and estimates each step's cost.  Running executes on the simulated tile memory
+with the chosen backend — ``"numba"`` (compiled kernels, the default) or ``"numpy"`` (the reference
+interpreter) — and counts executed steps, which the report turns into cycles and exchange bytes.
+Several programs share one device state, as on the IPU.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from gruc.errors import GrucOutOfMemory, GrucTypeError, GrucValueError
+from gruc.ir.graph import Graph
+from gruc.ir.module import Module
+from gruc.ir.program import Program
+from gruc.ir.verify import verify
+from gruc.passes.plan_memory import plan_memory
+from gruc.runtime.cost import step_costs
+from gruc.runtime.interp import Interpreter, numpy_copy
+from gruc.runtime.lower import DeviceMemory, Operand, lower
+from gruc.runtime.report import Report
+
+BACKENDS = ("numba", "numpy")
+
+
+class Engine:
+    """Compile ``programs`` of ``graph`` and run them on a simulated IPU."""
+
+    def __init__(self, graph: Graph, programs: Sequence[Program] | Program, *,
+                 pipeline: str | None = None, strict_memory: bool = False,
+                 backend: str = "numba") -> None:
+        if backend not in BACKENDS:
+            raise GrucValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+        if isinstance(programs, Program):
+            programs = [programs]
+        start = time.perf_counter()
+        module = Module(graph, list(programs))
+        if pipeline:
+            from gruc.passes.pipeline import run_pipeline
+
+            module = run_pipeline(module, pipeline)
+        verify(module)
+        plan = plan_memory(module)
+        if strict_memory and not plan.fits:
+            worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
+            raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
+                                  f"tile(s) over capacity in all")
+        self.module = module
+        self.plan = plan
+        self.executable = lower(module, plan)
+        self.costs = step_costs(module.graph, plan.liveness.steps)
+        self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
+        for operand, values in self.executable.constants:
+            self.memory.write(operand, values)
+        if backend == "numba":
+            from gruc.runtime.kernels import NUMBA_VERTICES
+
+            self.interpreter = Interpreter(self.executable, self.memory, NUMBA_VERTICES, numpy_copy)
+        else:
+            self.interpreter = Interpreter(self.executable, self.memory)
+        self.backend = backend
+        self.compile_seconds = time.perf_counter() - start
+        self.report = Report(graph.target, plan, plan.liveness.steps, self.costs,
+                             self.interpreter.step_counts, self.compile_seconds)
+
+    @property
+    def printed(self) -> list[tuple[str, np.ndarray]]:
+        """``(label, value)`` of every ``PrintTensor`` executed so far."""
+        return self.interpreter.printed
+
+    def run(self, program: int = 0) -> None:
+        """Run entry program ``program`` on the device state."""
+        count = len(self.executable.programs)
+        if not isinstance(program, (int, np.integer)) or not 0 <= program < count:
+            raise GrucValueError(f"program {program!r} does not exist; this engine has programs "
+                                 f"0..{count - 1}")
+        self.interpreter.run(int(program))
+
+    def _stream(self, table: dict[str, Operand], name: str, what: str) -> Operand:
+        if name not in table:
+            known = ", ".join(sorted(table)) or "none"
+            raise GrucValueError(f"no {what} named {name!r}; {what}s: {known}")
+        return table[name]
+
+    def write_tensor(self, name: str, values) -> None:
+        """Copy host ``values`` into the tensor of host write ``name`` (shapes must match)."""
+        operand = self._stream(self.executable.host_writes, name, "host write")
+        array = np.asarray(values)
+        if array.shape != operand.shape:
+            raise GrucValueError(f"host write {name!r} expects shape {list(operand.shape)}, "
+                                 f"got {list(array.shape)}")
+        if array.dtype.kind not in "biuf":
+            raise GrucTypeError(f"host write {name!r} needs numbers, got dtype {array.dtype}")
+        self.memory.write(operand, array.astype(operand.dtype.storage))
+
+    def read_tensor(self, name: str) -> np.ndarray:
+        """A host copy of the tensor of host read ``name``."""
+        operand = self._stream(self.executable.host_reads, name, "host read")
+        return self.memory.read(operand).copy()

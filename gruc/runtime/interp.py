@@ -1,0 +1,125 @@
+"""The reference engine: a plain numpy interpreter of lowered programs — the meaning of every vertex.
+
+Vertex semantics are one function per kind in :data:`NUMPY_VERTICES`, filled with ``@numpy_vertex``
+(autodidax's rule table).  Each reads its operands from device memory through their element
+indices, computes with the definitions in :mod:`gruc.ir.expr` (or numpy), and writes back.  The
+numba backend registers its own table and falls back to this one for kinds it does not speed up;
+a differential test holds the two together.
+
+:class:`Interpreter` walks the executable tree (blocks, loops, branches, calls) and counts every
+step it executes; the counts are what the cost model multiplies into cycles and exchange bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from gruc.errors import GrucProgramError
+from gruc.ir import expr as ex
+from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMemory, Executable,
+                                ExecuteStep, LoweredVertex, Loop, MarkStep, Operand, PrintStep,
+                                WhileLoop)
+
+VertexImpl = Callable[[DeviceMemory, LoweredVertex], None]
+NUMPY_VERTICES: dict[str, VertexImpl] = {}
+
+
+def numpy_vertex(kind: str) -> Callable[[VertexImpl], VertexImpl]:
+    """Register the numpy definition of vertex kind ``kind``."""
+
+    def register(fn: VertexImpl) -> VertexImpl:
+        NUMPY_VERTICES[kind] = fn
+        return fn
+
+    return register
+
+
+def _flat(memory: DeviceMemory, operand: Operand) -> np.ndarray:
+    return memory.view(operand.dtype)[operand.index]
+
+
+@numpy_vertex("Map")
+def _map(memory: DeviceMemory, vertex: LoweredVertex) -> None:
+    out: Operand = vertex.fields["out"]
+    ins = vertex.fields["ins"]
+    values = [_flat(memory, op) for op in ins]
+    result = ex.evaluate(vertex.params["expr"], values, [op.dtype for op in ins])
+    memory.view(out.dtype)[out.index] = np.broadcast_to(result, out.index.shape)
+
+
+@numpy_vertex("MapInPlace")
+def _map_in_place(memory: DeviceMemory, vertex: LoweredVertex) -> None:
+    inout: Operand = vertex.fields["inout"]
+    operands = (inout, *vertex.fields["ins"])
+    values = [_flat(memory, op) for op in operands]
+    result = ex.evaluate(vertex.params["expr"], values, [op.dtype for op in operands])
+    memory.view(inout.dtype)[inout.index] = np.broadcast_to(result, inout.index.shape)
+
+
+def numpy_copy(memory: DeviceMemory, step: CopyStep) -> None:
+    """Element-by-element copy (reads everything before writing, so overlaps are safe)."""
+    memory.view(step.dst.dtype)[step.dst.index] = _flat(memory, step.src)
+
+
+class Interpreter:
+    """Walks an :class:`Executable` over a :class:`DeviceMemory`, counting executed steps."""
+
+    def __init__(self, executable: Executable, memory: DeviceMemory,
+                 vertices: dict[str, VertexImpl] | None = None,
+                 copy: Callable[[DeviceMemory, CopyStep], None] = numpy_copy) -> None:
+        self.executable = executable
+        self.memory = memory
+        self.vertices = NUMPY_VERTICES if vertices is None else vertices
+        self.copy = copy
+        self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
+        self.loop_trips: dict[int, int] = {}
+        """Iterations of each RepeatWhileTrue in the last run, by ``id`` of the lowered loop."""
+        self.printed: list[tuple[str, np.ndarray]] = []
+
+    def run(self, program: int) -> None:
+        self.loop_trips.clear()
+        self.block(self.executable.programs[program])
+
+    def predicate(self, operand: Operand) -> bool:
+        return bool(_flat(self.memory, operand)[0])
+
+    def block(self, block: Block) -> None:
+        for item in block.items:
+            kind = type(item)
+            if kind is ExecuteStep:
+                self.step_counts[item.step] += 1
+                for vertex in item.vertices:
+                    impl = self.vertices.get(vertex.kind) or NUMPY_VERTICES.get(vertex.kind)
+                    if impl is None:
+                        raise GrucProgramError(f"no engine implements vertex kind {vertex.kind!r}")
+                    impl(self.memory, vertex)
+            elif kind is CopyStep:
+                self.step_counts[item.step] += 1
+                self.copy(self.memory, item)
+            elif kind is Loop:
+                for _ in range(item.count):
+                    self.block(item.body)
+            elif kind is WhileLoop:
+                trips = 0
+                while True:
+                    self.block(item.condition)
+                    self.step_counts[item.step] += 1
+                    if not self.predicate(item.predicate):
+                        break
+                    self.block(item.body)
+                    trips += 1
+                self.loop_trips[id(item)] = trips
+            elif kind is Branch:
+                self.step_counts[item.step] += 1
+                self.block(item.then if self.predicate(item.predicate) else item.otherwise)
+            elif kind is CallFunction:
+                self.block(self.executable.functions[item.function])
+            elif kind is PrintStep:
+                self.step_counts[item.step] += 1
+                self.printed.append((item.label, self.memory.read(item.operand).copy()))
+            elif kind is MarkStep:
+                self.step_counts[item.step] += 1
+            else:
+                self.block(item)  # a nested Block

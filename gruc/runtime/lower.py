@@ -1,0 +1,254 @@
+"""Lowering: turn a planned module into an executable tree over real tile-memory addresses.
+
+Every tensor a step touches is resolved, once, to the typed element index of each of its elements
+in the simulated memory (``address // dtype.size``; see :class:`DeviceMemory`).  Engines then run
+on those indices only: nothing at run time looks at views, mappings or names.  Because the
+addresses come from the memory plan, tensors the planner let share bytes really share them, and a
+wrong plan corrupts results — which is what makes every numerical test a test of the planner.
+
+The executable mirrors the program tree (blocks, loops, branches, calls) with leaves numbered
+exactly as the liveness analysis numbers steps, so the cost model and the report speak of the same
+steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the target's
+``bytes_per_tile`` normally, more when a tile is over capacity, so an out-of-memory program still
+runs (as on Poplar's IPUModel) while the report says it would not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from gruc.errors import GrucProgramError
+from gruc.ir.graph import Graph, Vertex
+from gruc.ir.module import Module
+from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
+                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+from gruc.ir.tensor import Tensor
+from gruc.passes.liveness import Liveness
+from gruc.passes.plan_memory import MemoryPlan
+from gruc.types import ALL_TYPES, DType
+
+
+@dataclass(frozen=True, eq=False)
+class Operand:
+    """A tensor resolved to typed element indices into device memory (flattened order)."""
+
+    dtype: DType
+    index: np.ndarray
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class LoweredVertex:
+    """A vertex with its fields as operands; ``fields[name]`` is an Operand or a tuple of them."""
+
+    vertex: Vertex
+    fields: dict[str, Union[Operand, tuple[Operand, ...]]]
+
+    @property
+    def kind(self) -> str:
+        return self.vertex.kind.name
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.vertex.params
+
+
+@dataclass(frozen=True, eq=False)
+class ExecuteStep:
+    step: int
+    name: str
+    vertices: tuple[LoweredVertex, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class CopyStep:
+    step: int
+    src: Operand
+    dst: Operand
+
+
+@dataclass(frozen=True, eq=False)
+class MarkStep:
+    """A step that moves no data (WriteUndef, Sync) but is counted and costed."""
+
+    step: int
+    what: str
+
+
+@dataclass(frozen=True, eq=False)
+class PrintStep:
+    step: int
+    label: str
+    operand: Operand
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    items: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Loop:
+    count: int
+    body: Block
+
+
+@dataclass(frozen=True, eq=False)
+class WhileLoop:
+    condition: Block
+    step: int
+    predicate: Operand
+    body: Block
+
+
+@dataclass(frozen=True, eq=False)
+class Branch:
+    step: int
+    predicate: Operand
+    then: Block
+    otherwise: Block
+
+
+@dataclass(frozen=True, eq=False)
+class CallFunction:
+    function: int
+
+
+@dataclass(frozen=True, eq=False)
+class Executable:
+    """What an engine runs: entry programs and functions over one memory image."""
+
+    programs: tuple[Block, ...]
+    functions: tuple[Block, ...]
+    host_writes: dict[str, Operand]
+    host_reads: dict[str, Operand]
+    constants: tuple[tuple[Operand, np.ndarray], ...]
+    """Constant variables and the values to load before the first run."""
+    num_tiles: int
+    tile_stride: int
+    num_steps: int
+    leaves: tuple = field(default=())
+    """Every leaf step object, indexed by step number."""
+
+
+class _Lowering:
+    def __init__(self, module: Module, plan: MemoryPlan, liveness: Liveness) -> None:
+        self.module = module
+        self.graph: Graph = module.graph
+        self.plan = plan
+        self.steps = liveness.steps
+        self.next_step = 0
+        target = self.graph.target
+        self.tile_stride = max(target.bytes_per_tile, plan.max_total_bytes)
+        self.tile_stride += -self.tile_stride % 8
+        self.leaves: list = [None] * len(self.steps)
+        self.function_index = {id(f): k for k, f in enumerate(self.graph.functions)}
+
+    def operand(self, tensor: Tensor) -> Operand:
+        addresses = self.plan.element_addresses(tensor)
+        if self.tile_stride != self.plan.capacity:
+            tiles = self.graph.element_tiles(tensor).astype(np.int64)
+            addresses = addresses + tiles * (self.tile_stride - self.plan.capacity)
+        index = addresses // tensor.dtype.size
+        index.flags.writeable = False
+        return Operand(tensor.dtype, index, tensor.shape)
+
+    def take_step(self, node: Program) -> int:
+        step = self.next_step
+        if step >= len(self.steps) or self.steps[step].node is not node:
+            raise GrucProgramError(f"internal error: lowering met {type(node).__name__} where the "
+                                   "liveness analysis numbered a different step")
+        self.next_step += 1
+        return step
+
+    def leaf(self, node: Program, make):
+        step = self.take_step(node)
+        lowered = make(step)
+        self.leaves[step] = lowered
+        return lowered
+
+    def vertex(self, vertex: Vertex) -> LoweredVertex:
+        fields = {}
+        for name, value in vertex.fields.items():
+            fields[name] = (tuple(self.operand(t) for t in value) if isinstance(value, tuple)
+                            else self.operand(value))
+        return LoweredVertex(vertex, fields)
+
+    def block(self, node: Program) -> Block:
+        lowered = self.node(node)
+        return lowered if isinstance(lowered, Block) else Block((lowered,))
+
+    def node(self, node: Program):
+        if isinstance(node, Sequence):
+            return Block(tuple(self.node(p) for p in node.programs))
+        if isinstance(node, Execute):
+            cs = node.compute_set
+            return self.leaf(node, lambda s: ExecuteStep(
+                s, cs.name, tuple(self.vertex(v) for v in cs.vertices)))
+        if isinstance(node, Copy):
+            return self.leaf(node, lambda s: CopyStep(s, self.operand(node.src),
+                                                      self.operand(node.dst)))
+        if isinstance(node, (WriteUndef, Sync)):
+            return self.leaf(node, lambda s: MarkStep(s, type(node).__name__))
+        if isinstance(node, PrintTensor):
+            return self.leaf(node, lambda s: PrintStep(s, node.label, self.operand(node.tensor)))
+        if isinstance(node, Repeat):
+            return Loop(node.count, self.block(node.body))
+        if isinstance(node, RepeatWhileTrue):
+            condition = self.block(node.condition)
+            step = self.take_step(node)
+            predicate = self.operand(node.predicate)
+            self.leaves[step] = MarkStep(step, "RepeatWhileTrue predicate")
+            return WhileLoop(condition, step, predicate, self.block(node.body))
+        if isinstance(node, If):
+            step = self.take_step(node)
+            self.leaves[step] = MarkStep(step, "If predicate")
+            predicate = self.operand(node.predicate)
+            return Branch(step, predicate, self.block(node.then), self.block(node.otherwise))
+        if isinstance(node, Call):
+            return CallFunction(self.function_index[id(node.function)])
+        raise GrucProgramError(f"cannot lower program node {type(node).__name__}")
+
+    def run(self) -> Executable:
+        programs = tuple(self.block(p) for p in self.module.programs)
+        functions = tuple(self.block(f.program) for f in self.graph.functions)
+        if self.next_step != len(self.steps):
+            raise GrucProgramError("internal error: lowering and liveness disagree on the steps")
+        graph = self.graph
+        return Executable(
+            programs=programs, functions=functions,
+            host_writes={n: self.operand(t) for n, t in graph.host_writes.items()},
+            host_reads={n: self.operand(t) for n, t in graph.host_reads.items()},
+            constants=tuple((self.operand(v), v.constant) for v in graph.variables
+                            if v.is_constant and v.index in self.plan.allocated),
+            num_tiles=graph.target.num_tiles, tile_stride=self.tile_stride,
+            num_steps=len(self.steps), leaves=tuple(self.leaves))
+
+
+def lower(module: Module, plan: MemoryPlan) -> Executable:
+    """Resolve every step of ``module`` to memory addresses according to ``plan``."""
+    return _Lowering(module, plan, plan.liveness).run()
+
+
+class DeviceMemory:
+    """The simulated tile memory: one byte buffer, tile after tile, with a typed view per type.
+
+    The buffer is allocated zeroed but untouched pages cost nothing, so a 1472-tile target whose
+    program uses a few tiles' worth of memory stays cheap.
+    """
+
+    def __init__(self, num_tiles: int, tile_stride: int) -> None:
+        self.raw = np.zeros(num_tiles * tile_stride, dtype=np.uint8)
+        self.views = {t.name: self.raw.view(t.storage) for t in ALL_TYPES}
+
+    def view(self, dtype: DType) -> np.ndarray:
+        return self.views[dtype.name]
+
+    def read(self, operand: Operand) -> np.ndarray:
+        return self.view(operand.dtype)[operand.index].reshape(operand.shape)
+
+    def write(self, operand: Operand, values: np.ndarray) -> None:
+        self.view(operand.dtype)[operand.index] = np.asarray(values).reshape(-1)

@@ -1,0 +1,207 @@
+"""The report: where memory and cycles went, per tile and per step, with Poplar-like keys.
+
+A :class:`Report` reads the memory plan (bytes per tile, by liveness category), the static step
+costs and the step execution counts the engine has accumulated over its runs.  Before any run it
+is a *plan-only* report: memory is complete, cycles are those of the runs so far (none).  The JSON
+form uses the names PopVision users know: always-live and not-always-live bytes by tile, total
+memory including gaps, and cycles split into compute, exchange and sync.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import numpy as np
+
+from gruc.passes.liveness import Step
+from gruc.passes.plan_memory import MemoryPlan, TileOverflow
+from gruc.runtime.cost import StepCost
+from gruc.target import Target
+
+
+@dataclass(frozen=True)
+class Cycles:
+    """Cycle totals by kind."""
+
+    compute: int
+    exchange: int
+    sync: int
+
+    @property
+    def total(self) -> int:
+        return self.compute + self.exchange + self.sync
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a torn one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Report:
+    """Memory, exchange and cycle figures of a compiled (and maybe run) program."""
+
+    def __init__(self, target: Target, plan: MemoryPlan, steps: tuple[Step, ...],
+                 costs: tuple[StepCost, ...], step_counts: np.ndarray, compile_seconds: float) -> None:
+        self.target = target
+        self.plan = plan
+        self.steps = steps
+        self.costs = costs
+        self.step_counts = step_counts
+        self.compile_seconds = compile_seconds
+
+    # ---- memory -------------------------------------------------------------------------------
+    @property
+    def fits(self) -> bool:
+        return self.plan.fits
+
+    @property
+    def tiles_over_capacity(self) -> tuple[TileOverflow, ...]:
+        return self.plan.tiles_over_capacity
+
+    @property
+    def always_live_bytes(self) -> np.ndarray:
+        """Per tile: bytes of always-live variables."""
+        return self.plan.always_live_bytes
+
+    @property
+    def not_always_live_max_bytes(self) -> np.ndarray:
+        """Per tile: peak bytes of not-always-live variables over the program's steps."""
+        return self.plan.not_always_live_bytes
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        """Per tile: highest allocated address (includes gaps left by the allocator)."""
+        return self.plan.total_bytes
+
+    @property
+    def max_tile_bytes(self) -> int:
+        return self.plan.max_total_bytes
+
+    # ---- exchange and cycles --------------------------------------------------------------------
+    def _weighted(self, attribute: str) -> np.ndarray:
+        total = np.zeros(self.target.num_tiles, dtype=np.int64)
+        for count, cost in zip(self.step_counts.tolist(), self.costs):
+            if count:
+                total += count * getattr(cost, attribute)
+        return total
+
+    @property
+    def exchange_bytes_by_tile(self) -> np.ndarray:
+        """Per tile: bytes received over all executed steps."""
+        return self._weighted("bytes_in_by_tile")
+
+    @property
+    def exchange_bytes(self) -> int:
+        """Bytes moved between tiles over all executed steps."""
+        return int(sum(c * cost.exchange_bytes for c, cost in zip(self.step_counts.tolist(),
+                                                                    self.costs)))
+
+    @property
+    def cycles(self) -> Cycles:
+        counts = self.step_counts.tolist()
+        return Cycles(
+            compute=sum(c * cost.compute_cycles for c, cost in zip(counts, self.costs)),
+            exchange=sum(c * cost.exchange_cycles for c, cost in zip(counts, self.costs)),
+            sync=sum(c * cost.sync_cycles for c, cost in zip(counts, self.costs)))
+
+    @property
+    def compute_cycles_by_tile(self) -> np.ndarray:
+        return self._weighted("compute_by_tile")
+
+    @property
+    def seconds(self) -> float:
+        """Simulated device time of the runs so far."""
+        return self.cycles.total / self.target.clock_hz
+
+    # ---- output -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        cycles = self.cycles
+        return {
+            "target": self.target.model_dump(),
+            "memory": {
+                "fits": self.fits,
+                "bytes_per_tile": self.target.bytes_per_tile,
+                "total_memory": self.target.total_memory,
+                "always_live_bytes_by_tile": self.always_live_bytes.tolist(),
+                "not_always_live_max_bytes_by_tile": self.not_always_live_max_bytes.tolist(),
+                "total_including_gaps_by_tile": self.total_bytes.tolist(),
+                "max_tile_bytes": self.max_tile_bytes,
+                "always_live_bytes": int(self.always_live_bytes.sum()),
+                "not_always_live_max_bytes": int(self.not_always_live_max_bytes.sum()),
+                "tiles_over_capacity": [
+                    {"tile": o.tile, "bytes": o.bytes, "capacity": o.capacity,
+                     "largest": [{"name": n, "bytes": b} for n, b in o.largest]}
+                    for o in self.tiles_over_capacity],
+            },
+            "exchange": {"total_bytes": self.exchange_bytes,
+                         "bytes_received_by_tile": self.exchange_bytes_by_tile.tolist()},
+            "cycles": {"compute": cycles.compute, "exchange": cycles.exchange,
+                       "sync": cycles.sync, "total": cycles.total,
+                       "compute_by_tile": self.compute_cycles_by_tile.tolist(),
+                       "seconds": self.seconds},
+            "steps": [{"index": s.index, "where": s.where, "what": s.text,
+                       "executions": int(n), "compute_cycles": c.compute_cycles,
+                       "exchange_cycles": c.exchange_cycles, "sync_cycles": c.sync_cycles,
+                       "exchange_bytes": c.exchange_bytes}
+                      for s, c, n in zip(self.steps, self.costs, self.step_counts.tolist())],
+            "compile_seconds": self.compile_seconds,
+        }
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """The report as JSON text; written atomically to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=1, sort_keys=True)
+        if path is not None:
+            write_text_atomically(path, text)
+        return text
+
+    def summary_lines(self) -> list[str]:
+        cycles = self.cycles
+        used = int(np.count_nonzero(self.total_bytes))
+        lines = [
+            f"target            {self.target.describe()}",
+            f"fits              {'yes' if self.fits else 'NO'}"
+            + ("" if self.fits else f" ({len(self.tiles_over_capacity)} tiles over capacity)"),
+            f"tiles used        {used} of {self.target.num_tiles}",
+            f"max tile memory   {self.max_tile_bytes} B of {self.target.bytes_per_tile} B "
+            f"({100.0 * self.max_tile_bytes / self.target.bytes_per_tile:.1f}%)",
+            f"always-live       {int(self.always_live_bytes.sum())} B total, "
+            f"{int(self.always_live_bytes.max(initial=0))} B max per tile",
+            f"not-always-live   {int(self.not_always_live_max_bytes.sum())} B total peak, "
+            f"{int(self.not_always_live_max_bytes.max(initial=0))} B max per tile",
+            f"exchange          {self.exchange_bytes} B",
+            f"cycles            {cycles.total} total = {cycles.compute} compute + "
+            f"{cycles.exchange} exchange + {cycles.sync} sync "
+            f"({self.seconds * 1e6:.1f} us at {self.target.clock_hz / 1e9:.2f} GHz)",
+            f"compile           {self.compile_seconds:.3f} s",
+        ]
+        for overflow in self.tiles_over_capacity[:3]:
+            lines.append(f"  over capacity: {overflow}")
+        return lines
+
+    def print_summary(self, file: TextIO | None = None) -> None:
+        print("\n".join(self.summary_lines()), file=file or sys.stdout)
+
+    def print_profile_summary(self, file: TextIO | None = None, show_execution_steps: bool = False) -> None:
+        """Poplar's ``printProfileSummary``: the summary, and optionally every step's cost."""
+        out = file or sys.stdout
+        self.print_summary(out)
+        if show_execution_steps:
+            print("execution steps (executions x cycles: compute / exchange / sync):", file=out)
+            for s, c, n in zip(self.steps, self.costs, self.step_counts.tolist()):
+                print(f"  {s.index:>4} {n:>7} x {c.compute_cycles:>7} / {c.exchange_cycles:>6} / "
+                      f"{c.sync_cycles:>5}  {s.where}: {s.text}", file=out)
