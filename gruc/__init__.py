@@ -13,13 +13,14 @@ from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
                              RepeatWhileTrue, Sequence, Sync, WriteUndef)
 from gruc.ir.tensor import Tensor, Variable, concat
+from gruc.runtime.engine import Engine
 from gruc.target import Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT", "DType", "Target", "Graph", "ComputeSet",
+    "Engine", "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT", "DType", "Target", "Graph", "ComputeSet",
     "Vertex", "Function", "Module", "Tensor", "Variable", "TileMapping", "concat", "Program",
     "Sequence", "Execute", "Copy", "WriteUndef", "Repeat", "RepeatWhileTrue", "If", "Call",
     "PrintTensor", "Sync", "GrucError", "GrucTypeError", "GrucValueError", "GrucShapeError",

@@ -25,6 +25,7 @@ from gruc.runtime.cost import step_costs
 from gruc.runtime.interp import Interpreter, numpy_copy
 from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report
+from gruc.runtime.trace import chrome_trace, write_chrome_trace
 
 BACKENDS = ("numba", "numpy")
 
@@ -65,6 +66,7 @@ class Engine:
         else:
             self.interpreter = Interpreter(self.executable, self.memory)
         self.backend = backend
+        self._last_program = 0
         self.compile_seconds = time.perf_counter() - start
         self.report = Report(graph.target, plan, plan.liveness.steps, self.costs,
                              self.interpreter.step_counts, self.compile_seconds)
@@ -74,6 +76,17 @@ class Engine:
         """``(label, value)`` of every ``PrintTensor`` executed so far."""
         return self.interpreter.printed
 
+    def chrome_trace(self, program: int | None = None) -> dict:
+        """Chrome trace JSON (as a dict) of the last run (or of ``program`` as last run)."""
+        program = self._last_program if program is None else program
+        names = [step.text for step in self.plan.liveness.steps]
+        return chrome_trace(self.executable, self.costs, self.module.graph.target, program,
+                            self.interpreter.loop_trips, self.interpreter.branches, names)
+
+    def write_trace(self, path, program: int | None = None) -> None:
+        """Write :meth:`chrome_trace` to ``path`` atomically."""
+        write_chrome_trace(path, self.chrome_trace(program))
+
     def run(self, program: int = 0) -> None:
         """Run entry program ``program`` on the device state."""
         count = len(self.executable.programs)
@@ -81,6 +94,7 @@ class Engine:
             raise GrucValueError(f"program {program!r} does not exist; this engine has programs "
                                  f"0..{count - 1}")
         self.interpreter.run(int(program))
+        self._last_program = int(program)
 
     def _stream(self, table: dict[str, Operand], name: str, what: str) -> Operand:
         if name not in table:

@@ -76,10 +76,13 @@ class Interpreter:
         self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
         self.loop_trips: dict[int, int] = {}
         """Iterations of each RepeatWhileTrue in the last run, by ``id`` of the lowered loop."""
+        self.branches: dict[int, bool] = {}
+        """Whether each If took its then-branch in the last run, by ``id`` of the lowered branch."""
         self.printed: list[tuple[str, np.ndarray]] = []
 
     def run(self, program: int) -> None:
         self.loop_trips.clear()
+        self.branches.clear()
         self.block(self.executable.programs[program])
 
     def predicate(self, operand: Operand) -> bool:
@@ -113,7 +116,9 @@ class Interpreter:
                 self.loop_trips[id(item)] = trips
             elif kind is Branch:
                 self.step_counts[item.step] += 1
-                self.block(item.then if self.predicate(item.predicate) else item.otherwise)
+                taken = self.predicate(item.predicate)
+                self.branches[id(item)] = taken
+                self.block(item.then if taken else item.otherwise)
             elif kind is CallFunction:
                 self.block(self.executable.functions[item.function])
             elif kind is PrintStep:
