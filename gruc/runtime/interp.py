@@ -1,10 +1,11 @@
 """The reference engine: a plain numpy interpreter of lowered programs — the meaning of every vertex.
 
 Vertex semantics are one function per kind in :data:`NUMPY_VERTICES`, filled with ``@numpy_vertex``
-(autodidax's rule table).  Each reads its operands from device memory through their element
-indices, computes with the definitions in :mod:`gruc.ir.expr` (or numpy), and writes back.  The
-numba backend registers its own table and falls back to this one for kinds it does not speed up;
-a differential test holds the two together.
+(autodidax's rule table).  Each *prepares* a lowered vertex once, at engine construction, into a
+callable that reads its operands from device memory through their element indices, computes with
+the definitions in :mod:`gruc.ir.expr` (or numpy), and writes back.  The numba backend registers
+its own table and falls back to this one for kinds it does not speed up; a differential test holds
+the two together.
 
 :class:`Interpreter` walks the executable tree (blocks, loops, branches, calls) and counts every
 step it executes; the counts are what the cost model multiplies into cycles and exchange bytes.
@@ -22,14 +23,15 @@ from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMem
                                 ExecuteStep, LoweredVertex, Loop, MarkStep, Operand, PrintStep,
                                 WhileLoop)
 
-VertexImpl = Callable[[DeviceMemory, LoweredVertex], None]
-NUMPY_VERTICES: dict[str, VertexImpl] = {}
+Prepared = Callable[[DeviceMemory], None]
+PrepareVertex = Callable[[LoweredVertex], Prepared]
+NUMPY_VERTICES: dict[str, PrepareVertex] = {}
 
 
-def numpy_vertex(kind: str) -> Callable[[VertexImpl], VertexImpl]:
+def numpy_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
     """Register the numpy definition of vertex kind ``kind``."""
 
-    def register(fn: VertexImpl) -> VertexImpl:
+    def register(fn: PrepareVertex) -> PrepareVertex:
         NUMPY_VERTICES[kind] = fn
         return fn
 
@@ -40,22 +42,25 @@ def _flat(memory: DeviceMemory, operand: Operand) -> np.ndarray:
     return memory.view(operand.dtype)[operand.index]
 
 
+def _prepare_map(vertex: LoweredVertex, out: Operand, operands: tuple[Operand, ...]) -> Prepared:
+    evaluate = ex.compile_evaluator(vertex.params["expr"], [op.dtype for op in operands])
+
+    def run(memory: DeviceMemory) -> None:
+        result = evaluate([_flat(memory, op) for op in operands])
+        memory.view(out.dtype)[out.index] = np.broadcast_to(result, out.index.shape)
+
+    return run
+
+
 @numpy_vertex("Map")
-def _map(memory: DeviceMemory, vertex: LoweredVertex) -> None:
-    out: Operand = vertex.fields["out"]
-    ins = vertex.fields["ins"]
-    values = [_flat(memory, op) for op in ins]
-    result = ex.evaluate(vertex.params["expr"], values, [op.dtype for op in ins])
-    memory.view(out.dtype)[out.index] = np.broadcast_to(result, out.index.shape)
+def _map(vertex: LoweredVertex) -> Prepared:
+    return _prepare_map(vertex, vertex.fields["out"], vertex.fields["ins"])
 
 
 @numpy_vertex("MapInPlace")
-def _map_in_place(memory: DeviceMemory, vertex: LoweredVertex) -> None:
-    inout: Operand = vertex.fields["inout"]
-    operands = (inout, *vertex.fields["ins"])
-    values = [_flat(memory, op) for op in operands]
-    result = ex.evaluate(vertex.params["expr"], values, [op.dtype for op in operands])
-    memory.view(inout.dtype)[inout.index] = np.broadcast_to(result, inout.index.shape)
+def _map_in_place(vertex: LoweredVertex) -> Prepared:
+    inout = vertex.fields["inout"]
+    return _prepare_map(vertex, inout, (inout, *vertex.fields["ins"]))
 
 
 def numpy_copy(memory: DeviceMemory, step: CopyStep) -> None:
@@ -67,18 +72,29 @@ class Interpreter:
     """Walks an :class:`Executable` over a :class:`DeviceMemory`, counting executed steps."""
 
     def __init__(self, executable: Executable, memory: DeviceMemory,
-                 vertices: dict[str, VertexImpl] | None = None,
+                 vertices: dict[str, PrepareVertex] | None = None,
                  copy: Callable[[DeviceMemory, CopyStep], None] = numpy_copy) -> None:
         self.executable = executable
         self.memory = memory
-        self.vertices = NUMPY_VERTICES if vertices is None else vertices
         self.copy = copy
+        table = NUMPY_VERTICES if vertices is None else vertices
+        self.prepared: dict[int, tuple[Prepared, ...]] = {}
+        for leaf in executable.leaves:
+            if isinstance(leaf, ExecuteStep):
+                self.prepared[leaf.step] = tuple(self._prepare(table, v) for v in leaf.vertices)
         self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
         self.loop_trips: dict[int, int] = {}
         """Iterations of each RepeatWhileTrue in the last run, by ``id`` of the lowered loop."""
         self.branches: dict[int, bool] = {}
         """Whether each If took its then-branch in the last run, by ``id`` of the lowered branch."""
         self.printed: list[tuple[str, np.ndarray]] = []
+
+    @staticmethod
+    def _prepare(table: dict[str, PrepareVertex], vertex: LoweredVertex) -> Prepared:
+        prepare = table.get(vertex.kind) or NUMPY_VERTICES.get(vertex.kind)
+        if prepare is None:
+            raise GrucProgramError(f"no engine implements vertex kind {vertex.kind!r}")
+        return prepare(vertex)
 
     def run(self, program: int) -> None:
         self.loop_trips.clear()
@@ -93,11 +109,8 @@ class Interpreter:
             kind = type(item)
             if kind is ExecuteStep:
                 self.step_counts[item.step] += 1
-                for vertex in item.vertices:
-                    impl = self.vertices.get(vertex.kind) or NUMPY_VERTICES.get(vertex.kind)
-                    if impl is None:
-                        raise GrucProgramError(f"no engine implements vertex kind {vertex.kind!r}")
-                    impl(self.memory, vertex)
+                for run in self.prepared[item.step]:
+                    run(self.memory)
             elif kind is CopyStep:
                 self.step_counts[item.step] += 1
                 self.copy(self.memory, item)
