@@ -5,9 +5,10 @@ As in Poplar, a vertex reads and writes tensors only through named fields, each 
 in place).  In-place work is a different field kind, not a flag, so passes can reason about it.
 A field may be a *vector* field (Poplar's ``Vector<Input<...>>``): a tuple of tensors.
 
-A kind is declared once, here or by the module that owns it (``gruc.ops``), with
-:func:`register`; the IR, printer, verifier and both runtime engines look kinds up by name in
-:data:`VERTEX_KINDS`.  Cycle estimates live beside the runtime, keyed by the same names.
+A kind is declared once, in its codelet family under :mod:`gruc.ir.codelets` (elementwise, reduce,
+matmul, dynamic slicing, ...), with :func:`register`; the IR, printer, verifier and both runtime
+engines look kinds up by name in :data:`VERTEX_KINDS`.  Each family's engine implementations and
+cycle estimates live under :mod:`gruc.runtime.codelets`, keyed by the same names.
 
 *Elementwise* kinds may be added without a tile: the vertex then stands for one vertex on every
 tile that holds elements of its ``split`` field, each computing the elements on its own tile
@@ -20,9 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
-from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
-import gruc.ir.expr as ex
-from gruc.types import BOOL, DType
+from gruc.errors import GrucValueError
 
 if TYPE_CHECKING:
     from gruc.ir.graph import Vertex
@@ -95,32 +94,7 @@ def vertex_kind(name: str) -> VertexKind:
     return VERTEX_KINDS[name]
 
 
-def _check_map(vertex: "Vertex", out_field: str) -> None:
-    """A fused elementwise vertex: all operands shaped like the output, types as the expr says."""
-    out = vertex.fields[out_field]
-    ins = vertex.fields.get("ins", ())
-    expression = vertex.params["expr"]
-    if not isinstance(expression, ex.Expr):
-        raise GrucTypeError(f"{vertex.kind.name} expr must be an Expr, got {expression!r}")
-    operands = ((out,) if out_field == "inout" else ()) + tuple(ins)
-    for k, t in enumerate(operands):
-        if t.shape != out.shape:
-            raise GrucShapeError(f"{vertex.kind.name} operand _{k + 1} has shape {list(t.shape)}, "
-                                 f"output has {list(out.shape)}; broadcast operands first")
-    dtypes = [t.dtype for t in operands]
-    ex.validate(expression, dtypes)
-    result: DType = ex.result_dtype(expression, dtypes)
-    if result != out.dtype and not (result == BOOL and out.dtype == BOOL):
-        raise GrucTypeError(f"{vertex.kind.name} expression {ex.to_text(expression)} gives "
-                            f"{result.name}, but the output is {out.dtype.name}")
 
 
-MAP = register(VertexKind(
-    "Map", {"out": Output(), "ins": Input(vector=True)}, params=("expr",), split="out",
-    check=lambda v: _check_map(v, "out"),
-    doc="out = expr(ins...): one fused elementwise expression (poplibs' generated codelet)."))
-
-MAP_IN_PLACE = register(VertexKind(
-    "MapInPlace", {"inout": InOut(), "ins": Input(vector=True)}, params=("expr",), split="inout",
-    check=lambda v: _check_map(v, "inout"),
-    doc="inout = expr(inout, ins...): the in-place form; _1 is the updated operand."))
+# The codelet families declare their kinds on import; keep this last (they import this module).
+from gruc.ir import codelets  # noqa: E402,F401

@@ -20,7 +20,6 @@ from typing import Callable
 
 import numpy as np
 
-from gruc.ir import expr as ex
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.passes.liveness import Step
@@ -31,12 +30,6 @@ VERTEX_OVERHEAD_CYCLES = 50
 
 COPY_BYTES_PER_CYCLE = 8
 """On-tile memory copies move one 64-bit word per cycle."""
-
-EXPENSIVE_OPS = {ex.Unary.EXP, ex.Unary.LOG, ex.Unary.SQRT, ex.Unary.RSQRT, ex.Unary.INVERSE,
-                 ex.Unary.SIGMOID, ex.Unary.TANH, ex.Unary.COS, ex.Unary.SIN, ex.Unary.EXPM1,
-                 ex.Unary.LOG1P, ex.Binary.DIV, ex.Binary.POW, ex.Binary.REM, ex.Binary.ATAN2}
-EXPENSIVE_OP_CYCLES = 6
-"""Transcendentals and divisions take several cycles per vector (a short polynomial on the IPU)."""
 
 Estimator = Callable[[Vertex, np.ndarray, Target], np.ndarray]
 CYCLE_ESTIMATORS: dict[str, Estimator] = {}
@@ -52,29 +45,10 @@ def cycle_estimator(kind: str) -> Callable[[Estimator], Estimator]:
     return register
 
 
-def expression_cycles_per_vector(expression: ex.Expr) -> int:
-    """Summed cost of an expression's operations on one vector of elements."""
-    total = 0
-    for node in ex.walk(expression):
-        if isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp)):
-            total += EXPENSIVE_OP_CYCLES if node.op in EXPENSIVE_OPS else 1
-        elif isinstance(node, ex.Cast):
-            total += 1
-    return max(total, 1)
-
-
 def elementwise_cycles(elements: np.ndarray, vector_width: int, per_vector: int) -> np.ndarray:
     """Per-tile cycles of elementwise work: overhead plus vectors times cost (0 where idle)."""
     vectors = -(-elements // vector_width)
     return np.where(elements > 0, VERTEX_OVERHEAD_CYCLES + vectors * per_vector, 0)
-
-
-@cycle_estimator("Map")
-@cycle_estimator("MapInPlace")
-def _map_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    out = vertex.fields[vertex.kind.split]
-    per_vector = expression_cycles_per_vector(vertex.params["expr"]) + len(vertex.fields["ins"])
-    return elementwise_cycles(elements, target.vector_width(out.dtype), per_vector)
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,6 +21,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import verify
 from gruc.passes.plan_memory import plan_memory
+from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.cost import step_costs
 from gruc.runtime.interp import Interpreter, numpy_copy
 from gruc.runtime.lower import DeviceMemory, Operand, lower

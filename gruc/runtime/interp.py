@@ -18,7 +18,6 @@ from typing import Callable
 import numpy as np
 
 from gruc.errors import GrucProgramError
-from gruc.ir import expr as ex
 from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMemory, Executable,
                                 ExecuteStep, LoweredVertex, Loop, MarkStep, Operand, PrintStep,
                                 WhileLoop)
@@ -40,27 +39,6 @@ def numpy_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
 
 def _flat(memory: DeviceMemory, operand: Operand) -> np.ndarray:
     return memory.view(operand.dtype)[operand.index]
-
-
-def _prepare_map(vertex: LoweredVertex, out: Operand, operands: tuple[Operand, ...]) -> Prepared:
-    evaluate = ex.compile_evaluator(vertex.params["expr"], [op.dtype for op in operands])
-
-    def run(memory: DeviceMemory) -> None:
-        result = evaluate([_flat(memory, op) for op in operands])
-        memory.view(out.dtype)[out.index] = np.broadcast_to(result, out.index.shape)
-
-    return run
-
-
-@numpy_vertex("Map")
-def _map(vertex: LoweredVertex) -> Prepared:
-    return _prepare_map(vertex, vertex.fields["out"], vertex.fields["ins"])
-
-
-@numpy_vertex("MapInPlace")
-def _map_in_place(vertex: LoweredVertex) -> Prepared:
-    inout = vertex.fields["inout"]
-    return _prepare_map(vertex, inout, (inout, *vertex.fields["ins"]))
 
 
 def numpy_copy(memory: DeviceMemory, step: CopyStep) -> None:

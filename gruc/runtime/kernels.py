@@ -1,28 +1,24 @@
-"""The numba backend: generated, compiled kernels for the vertex kinds that carry the work.
+"""The numba backend's machinery: the table of compiled vertex implementations, the on-disk
+kernel cache, and the run finder that lets kernels stream through memory.
 
-A fused elementwise vertex becomes one numba function generated from its expression tree: one
-loop over the vertex's elements that loads each operand from tile memory, evaluates the whole tree
-on scalars and stores the result — no temporaries, one pass.  Node values are converted to their
-compute type at every node, as the numpy definition computes node by node in that type, and the
-transcendentals use :mod:`gruc.runtime.fastmath`, so the two engines agree to float32 rounding.
+Codelet families (``gruc.runtime.codelets``) generate numba source for their vertices and load it
+with :func:`load_kernel`.  Generated sources are written to a cache directory (``GRUC_CACHE_DIR``,
+default ``~/.cache/gruc``) and imported from there with ``cache=True``, so numba's compiled code is
+reused by the next process instead of being compiled again (a first ``gruc gru`` pays for
+compilation once per machine, not once per run).  Kinds without an entry in
+:data:`NUMBA_VERTICES` run on the numpy definitions.
 
 Memory access comes in two shapes.  When the operands are long runs of consecutive addresses (a
-tensor's elements on a tile are one block, so elementwise work over linearly mapped tensors is a
-few runs per tile) the kernel walks *segments*: per segment a base address per operand, an operand
-either streaming (+1 per element) or fixed (a broadcast scalar), which LLVM vectorises.  Otherwise
-(transposed or scattered views) it gathers through per-element indices.
-
-Generated sources are written to a cache directory (``GRUC_CACHE_DIR``, default
-``~/.cache/gruc``) and imported from there with ``cache=True``, so numba's compiled code is reused
-by the next process instead of being compiled again.  Kinds without a kernel here (and any vertex
-touching HALF data, which numba cannot load on a CPU) run on the numpy definitions.
+tensor's elements on a tile are one block, so work over linearly mapped tensors is a few runs per
+tile) kernels walk *segments*: per segment a base address per operand, each operand either
+streaming (+1 per element) or fixed (a broadcast scalar), which LLVM vectorises.  Otherwise
+(transposed or scattered views) they gather through per-element indices.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 import sys
 import tempfile
@@ -32,21 +28,31 @@ from typing import Callable
 
 import numpy as np
 
-from gruc.ir import expr as ex
 from gruc.runtime import fastmath
-from gruc.runtime.interp import NUMPY_VERTICES, Prepared, PrepareVertex
-from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
-from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
+from gruc.runtime.interp import PrepareVertex
 
-_CONSTRUCTOR = {FLOAT.name: "np.float32", INT.name: "np.int32", UNSIGNED_INT.name: "np.uint32",
-                BOOL.name: "bool"}
-_FAST_FLOAT32 = {ex.Unary.EXP: "exp32({0})", ex.Unary.TANH: "tanh32({0})",
-                 ex.Unary.SIGMOID: "sigmoid32({0})"}
-_FASTMATH_VERSION = hashlib.sha1(Path(fastmath.__file__).read_bytes()).hexdigest()[:12]
-"""Part of every kernel's source: numba's cache cannot see changes in imported modules."""
+NUMBA_VERTICES: dict[str, PrepareVertex] = {}
 
 SEGMENT_MIN_AVERAGE = 4
 """Use segment kernels when segments average at least this many elements."""
+
+_FASTMATH_VERSION = hashlib.sha1(Path(fastmath.__file__).read_bytes()).hexdigest()[:12]
+
+KERNEL_HEADER = ("import math\nimport numpy as np\nfrom numba import njit\n"
+                 "from gruc.runtime.fastmath import exp32, sigmoid32, tanh32\n"
+                 f"# fastmath {_FASTMATH_VERSION}: numba's cache cannot see imported changes\n\n\n"
+                 '@njit(cache=True, nogil=True, error_model="numpy")\n')
+"""Start of every generated kernel module; the kernel function itself is named ``kernel``."""
+
+
+def numba_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
+    """Register the numba implementation of vertex kind ``kind``."""
+
+    def register(fn: PrepareVertex) -> PrepareVertex:
+        NUMBA_VERTICES[kind] = fn
+        return fn
+
+    return register
 
 
 def cache_directory() -> Path:
@@ -55,89 +61,11 @@ def cache_directory() -> Path:
     return Path(root) / "kernels"
 
 
-def _literal(value: bool | int | float) -> str:
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "math.nan" if math.isnan(value) else ("math.inf" if value > 0 else "-math.inf")
-    return repr(value)
-
-
-class _ScalarCode:
-    """Statements computing one expression tree on scalar locals ``a1 .. aN``."""
-
-    def __init__(self, operand_dtypes: list[DType], indent: str) -> None:
-        self.dtypes = operand_dtypes
-        self.indent = indent
-        self.lines: list[str] = []
-        self.count = 0
-
-    def emit(self, node: ex.Expr) -> str:
-        if isinstance(node, ex.PlaceHolder):
-            return f"a{node.index}"
-        node_type = ex.result_dtype(node, self.dtypes)
-        if isinstance(node, ex.Const):
-            value = _literal(node.value)
-        elif isinstance(node, ex.Cast):
-            value = self.emit(node.arg)
-        else:
-            args = [self.emit(child) for child in ex.children(node)]
-            operand_type = ex.result_dtype(ex.children(node)[0], self.dtypes)
-            template = (_FAST_FLOAT32[node.op] if operand_type is FLOAT and node.op in _FAST_FLOAT32
-                        else ex.scalar_source(node.op, operand_type))
-            value = template.format(*args)
-        self.count += 1
-        name = f"t{self.count}"
-        self.lines.append(f"{self.indent}{name} = {_CONSTRUCTOR[node_type.name]}({value})")
-        return name
-
-
-def _header() -> list[str]:
-    return ["import math", "import numpy as np", "from numba import njit",
-            "from gruc.runtime.fastmath import exp32, sigmoid32, tanh32",
-            f"# fastmath {_FASTMATH_VERSION}", "", "",
-            '@njit(cache=True, nogil=True, error_model="numpy")']
-
-
-def gather_kernel_source(expr: ex.Expr, operand_dtypes: list[DType]) -> str:
-    """Source of ``kernel(out, out_index, m1, i1, ...)``: per-element indices."""
-    code = _ScalarCode(operand_dtypes, " " * 8)
-    result = code.emit(expr)
-    params = "".join(f", m{k}, i{k}" for k in range(1, len(operand_dtypes) + 1))
-    loads = [f"        a{k} = m{k}[i{k}[k]]" for k in range(1, len(operand_dtypes) + 1)]
-    return "\n".join([*_header(), f"def kernel(out, out_index{params}):",
-                      "    for k in range(out_index.shape[0]):",
-                      *loads, *code.lines, f"        out[out_index[k]] = {result}", ""])
-
-
-def segment_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming: list[bool],
-                          same_as_out: list[bool]) -> str:
-    """Source of ``kernel(out, out_base, m1, b1, ..., lengths)``: runs of consecutive elements.
-
-    An operand that is the output itself (an in-place update) is read through the output's own
-    slice: two slices of one buffer at the same address defeat LLVM's overlap check, one does not.
-    """
-    code = _ScalarCode(operand_dtypes, " " * 12)
-    result = code.emit(expr)
-    count = len(operand_dtypes)
-    params = "".join(f", m{k}, b{k}" for k in range(1, count + 1))
-    # Slicing each run out first lets LLVM see unit-stride, non-negative indexing and vectorise.
-    runs = [f"        x{k} = y" if same_as_out[k - 1]
-            else f"        x{k} = m{k}[b{k}[s]:b{k}[s] + n]" if streaming[k - 1]
-            else f"        a{k} = m{k}[b{k}[s]]" for k in range(1, count + 1)]
-    loads = [f"            a{k} = x{k}[j]" for k in range(1, count + 1) if streaming[k - 1]]
-    return "\n".join([*_header(), f"def kernel(out, out_base{params}, lengths):",
-                      "    for s in range(lengths.shape[0]):",
-                      "        n = lengths[s]", "        y = out[out_base[s]:out_base[s] + n]", *runs,
-                      "        for j in range(n):",
-                      *loads, *code.lines, f"            y[j] = {result}", ""])
-
-
 _LOADED: dict[str, Callable] = {}
 
 
-def _load(source: str) -> Callable:
-    """Import (writing it first if needed) the kernel module holding ``source``."""
+def load_kernel(source: str) -> Callable:
+    """The function ``kernel`` of a generated module (written to the cache first if needed)."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     if digest in _LOADED:
         return _LOADED[digest]
@@ -185,46 +113,3 @@ def find_segments(out: np.ndarray, operands: list[np.ndarray]) -> Segments | Non
     bases = tuple(op[starts] if moves else np.full(len(starts), op[0])
                   for op, moves in zip(operands, streaming))
     return Segments(lengths, out[starts], bases, streaming)
-
-
-def _prepare_map(vertex: LoweredVertex, out: Operand, operands: tuple[Operand, ...]) -> Prepared:
-    if out.dtype is HALF or any(op.dtype is HALF for op in operands):
-        return NUMPY_VERTICES[vertex.kind](vertex)
-    expression = ex.bind_const_types(vertex.params["expr"], [op.dtype for op in operands])
-    dtypes = [op.dtype for op in operands]
-    segments = find_segments(out.index, [op.index for op in operands])
-    if segments is not None:
-        same_as_out = [op.dtype == out.dtype and np.array_equal(base, segments.out_base)
-                       for op, base in zip(operands, segments.bases)]
-        kernel = _load(segment_kernel_source(expression, dtypes, list(segments.streaming),
-                                             same_as_out))
-        bases = segments.bases
-
-        def run(memory: DeviceMemory) -> None:
-            args = []
-            for op, base in zip(operands, bases):
-                args += [memory.view(op.dtype), base]
-            kernel(memory.view(out.dtype), segments.out_base, *args, segments.lengths)
-
-        return run
-    kernel = _load(gather_kernel_source(expression, dtypes))
-
-    def run_gather(memory: DeviceMemory) -> None:
-        args = []
-        for op in operands:
-            args += [memory.view(op.dtype), op.index]
-        kernel(memory.view(out.dtype), out.index, *args)
-
-    return run_gather
-
-
-def _map(vertex: LoweredVertex) -> Prepared:
-    return _prepare_map(vertex, vertex.fields["out"], vertex.fields["ins"])
-
-
-def _map_in_place(vertex: LoweredVertex) -> Prepared:
-    inout = vertex.fields["inout"]
-    return _prepare_map(vertex, inout, (inout, *vertex.fields["ins"]))
-
-
-NUMBA_VERTICES: dict[str, PrepareVertex] = {"Map": _map, "MapInPlace": _map_in_place}

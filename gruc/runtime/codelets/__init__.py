@@ -1,0 +1,4 @@
+"""Engine implementations and cycle estimates by codelet family; importing this package fills the
+numpy, numba and cycle-estimator tables for every vertex kind."""
+
+from gruc.runtime.codelets import elementwise  # noqa: F401

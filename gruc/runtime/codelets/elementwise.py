@@ -1,0 +1,189 @@
+"""Elementwise codelets (``Map``, ``MapInPlace``) on both engines, and their cycle estimate.
+
+numpy: the expression's reference semantics (:func:`gruc.ir.expr.compile_evaluator`) over the
+gathered operands.  numba: one generated kernel per expression, type signature and access shape —
+a single loop that loads each operand, evaluates the whole tree on scalars (each node converted to
+its compute type, transcendentals from :mod:`gruc.runtime.fastmath`) and stores the result, with
+no temporaries.  Vertices touching HALF data run on numpy, since numba cannot load float16 on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gruc.ir import expr as ex
+from gruc.ir.graph import Vertex
+from gruc.runtime.cost import cycle_estimator, elementwise_cycles
+from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
+from gruc.runtime.kernels import KERNEL_HEADER, find_segments, load_kernel, numba_vertex
+from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.target import Target
+from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
+
+# ---- numpy ------------------------------------------------------------------------------------
+
+
+def _prepare_numpy(vertex: LoweredVertex, out: Operand, operands: tuple[Operand, ...]) -> Prepared:
+    evaluate = ex.compile_evaluator(vertex.params["expr"], [op.dtype for op in operands])
+
+    def run(memory: DeviceMemory) -> None:
+        result = evaluate([memory.view(op.dtype)[op.index] for op in operands])
+        memory.view(out.dtype)[out.index] = np.broadcast_to(result, out.index.shape)
+
+    return run
+
+
+def _operands(vertex: LoweredVertex) -> tuple[Operand, tuple[Operand, ...]]:
+    """The written operand and the expression's operands ``_1, _2, ...`` in order."""
+    if vertex.kind == "MapInPlace":
+        inout = vertex.fields["inout"]
+        return inout, (inout, *vertex.fields["ins"])
+    return vertex.fields["out"], tuple(vertex.fields["ins"])
+
+
+@numpy_vertex("Map")
+@numpy_vertex("MapInPlace")
+def _numpy_map(vertex: LoweredVertex) -> Prepared:
+    return _prepare_numpy(vertex, *_operands(vertex))
+
+
+# ---- numba ------------------------------------------------------------------------------------
+_CONSTRUCTOR = {FLOAT.name: "np.float32", INT.name: "np.int32", UNSIGNED_INT.name: "np.uint32",
+                BOOL.name: "bool"}
+_FAST_FLOAT32 = {ex.Unary.EXP: "exp32({0})", ex.Unary.TANH: "tanh32({0})",
+                 ex.Unary.SIGMOID: "sigmoid32({0})"}
+
+
+def _literal(value: bool | int | float) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "math.nan" if math.isnan(value) else ("math.inf" if value > 0 else "-math.inf")
+    return repr(value)
+
+
+class ScalarCode:
+    """Statements computing one expression tree on scalar locals ``a1 .. aN``."""
+
+    def __init__(self, operand_dtypes: list[DType], indent: str) -> None:
+        self.dtypes = operand_dtypes
+        self.indent = indent
+        self.lines: list[str] = []
+        self.count = 0
+
+    def emit(self, node: ex.Expr) -> str:
+        """Append the statements for ``node``; return the local holding its value."""
+        if isinstance(node, ex.PlaceHolder):
+            return f"a{node.index}"
+        node_type = ex.result_dtype(node, self.dtypes)
+        if isinstance(node, ex.Const):
+            value = _literal(node.value)
+        elif isinstance(node, ex.Cast):
+            value = self.emit(node.arg)
+        else:
+            args = [self.emit(child) for child in ex.children(node)]
+            operand_type = ex.result_dtype(ex.children(node)[0], self.dtypes)
+            template = (_FAST_FLOAT32[node.op] if operand_type is FLOAT and node.op in _FAST_FLOAT32
+                        else ex.scalar_source(node.op, operand_type))
+            value = template.format(*args)
+        self.count += 1
+        name = f"t{self.count}"
+        self.lines.append(f"{self.indent}{name} = {_CONSTRUCTOR[node_type.name]}({value})")
+        return name
+
+
+def gather_kernel_source(expr: ex.Expr, operand_dtypes: list[DType]) -> str:
+    """Source of ``kernel(out, out_index, m1, i1, ...)``: per-element indices."""
+    code = ScalarCode(operand_dtypes, " " * 8)
+    result = code.emit(expr)
+    params = "".join(f", m{k}, i{k}" for k in range(1, len(operand_dtypes) + 1))
+    loads = [f"        a{k} = m{k}[i{k}[k]]" for k in range(1, len(operand_dtypes) + 1)]
+    return "\n".join([KERNEL_HEADER + f"def kernel(out, out_index{params}):",
+                      "    for k in range(out_index.shape[0]):",
+                      *loads, *code.lines, f"        out[out_index[k]] = {result}", ""])
+
+
+def segment_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming: list[bool],
+                          same_as_out: list[bool]) -> str:
+    """Source of ``kernel(out, out_base, m1, b1, ..., lengths)``: runs of consecutive elements.
+
+    Each run is sliced out before the inner loop, so LLVM sees unit-stride, non-negative indexing
+    and vectorises.  An operand that is the output itself (an in-place update) is read through the
+    output's own slice: two slices of one buffer at the same address defeat LLVM's overlap check.
+    """
+    code = ScalarCode(operand_dtypes, " " * 12)
+    result = code.emit(expr)
+    count = len(operand_dtypes)
+    params = "".join(f", m{k}, b{k}" for k in range(1, count + 1))
+    runs = [f"        x{k} = y" if same_as_out[k - 1]
+            else f"        x{k} = m{k}[b{k}[s]:b{k}[s] + n]" if streaming[k - 1]
+            else f"        a{k} = m{k}[b{k}[s]]" for k in range(1, count + 1)]
+    loads = [f"            a{k} = x{k}[j]" for k in range(1, count + 1) if streaming[k - 1]]
+    return "\n".join([KERNEL_HEADER + f"def kernel(out, out_base{params}, lengths):",
+                      "    for s in range(lengths.shape[0]):",
+                      "        n = lengths[s]", "        y = out[out_base[s]:out_base[s] + n]", *runs,
+                      "        for j in range(n):",
+                      *loads, *code.lines, f"            y[j] = {result}", ""])
+
+
+@numba_vertex("Map")
+@numba_vertex("MapInPlace")
+def _numba_map(vertex: LoweredVertex) -> Prepared:
+    out, operands = _operands(vertex)
+    if out.dtype is HALF or any(op.dtype is HALF for op in operands):
+        return NUMPY_VERTICES[vertex.kind](vertex)
+    dtypes = [op.dtype for op in operands]
+    expression = ex.bind_const_types(vertex.params["expr"], dtypes)
+    segments = find_segments(out.index, [op.index for op in operands])
+    if segments is None:
+        kernel = load_kernel(gather_kernel_source(expression, dtypes))
+
+        def run_gather(memory: DeviceMemory) -> None:
+            args = []
+            for op in operands:
+                args += [memory.view(op.dtype), op.index]
+            kernel(memory.view(out.dtype), out.index, *args)
+
+        return run_gather
+    same_as_out = [op.dtype == out.dtype and np.array_equal(base, segments.out_base)
+                   for op, base in zip(operands, segments.bases)]
+    kernel = load_kernel(segment_kernel_source(expression, dtypes, list(segments.streaming),
+                                               same_as_out))
+
+    def run(memory: DeviceMemory) -> None:
+        args = []
+        for op, base in zip(operands, segments.bases):
+            args += [memory.view(op.dtype), base]
+        kernel(memory.view(out.dtype), segments.out_base, *args, segments.lengths)
+
+    return run
+
+
+# ---- cycles -----------------------------------------------------------------------------------
+EXPENSIVE_OPS = {ex.Unary.EXP, ex.Unary.LOG, ex.Unary.SQRT, ex.Unary.RSQRT, ex.Unary.INVERSE,
+                 ex.Unary.SIGMOID, ex.Unary.TANH, ex.Unary.COS, ex.Unary.SIN, ex.Unary.EXPM1,
+                 ex.Unary.LOG1P, ex.Binary.DIV, ex.Binary.POW, ex.Binary.REM, ex.Binary.ATAN2}
+EXPENSIVE_OP_CYCLES = 6
+"""Transcendentals and divisions take several cycles per vector (a short polynomial on the IPU)."""
+
+
+def expression_cycles_per_vector(expression: ex.Expr) -> int:
+    """Summed cost of an expression's operations on one vector of elements."""
+    total = 0
+    for node in ex.walk(expression):
+        if isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp)):
+            total += EXPENSIVE_OP_CYCLES if node.op in EXPENSIVE_OPS else 1
+        elif isinstance(node, ex.Cast):
+            total += 1
+    return max(total, 1)
+
+
+@cycle_estimator("Map")
+@cycle_estimator("MapInPlace")
+def _map_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
+    """Overhead plus, per vector, one load per operand and the expression's operations."""
+    out = vertex.fields[vertex.kind.split]
+    per_vector = expression_cycles_per_vector(vertex.params["expr"]) + len(vertex.fields["ins"])
+    return elementwise_cycles(elements, target.vector_width(out.dtype), per_vector)
