@@ -42,7 +42,7 @@ def test_step_dependencies_form_a_dag_with_the_right_hazards():
     assert nx.is_directed_acyclic_graph(dag)
     assert dag.edges[0, 2]["kinds"] == {"raw", "waw"}  # in place: reads and rewrites a
     assert dag.edges[1, 3]["kinds"] == {"raw"}
-    assert dag.edges[2, 4]["kinds"] == {"war", "waw"}  # WriteUndef after the last read/write of a
+    assert dag.edges[2, 4]["kinds"] == {"waw"}  # WriteUndef after the last write of a
     assert not dag.has_edge(0, 1)                      # both only read x: independent
     levels = [sorted(level) for level in nx.topological_generations(dag)]
     assert levels[0] == [0, 1]
