@@ -46,7 +46,7 @@ class Engine:
         if pipeline:
             from gruc.passes.pipeline import run_pipeline
 
-            module = run_pipeline(module, pipeline)
+            module = run_pipeline(module, pipeline).module
         verify(module)
         plan = plan_memory(module)
         if strict_memory and not plan.fits:

@@ -1,0 +1,48 @@
+"""Pipeline strings: parsing, printing, options, errors, and running with verify-each."""
+
+import pytest
+
+from gruc import FLOAT, Graph, GrucError, GrucOptionError, GrucParseError, Module, Sequence, Target
+from gruc.passes.pipeline import format_pipeline, parse_pipeline, run_pipeline
+from gruc.passes.plan_memory import PlanMemory
+
+
+def test_parse_and_format_round_trip():
+    for text in ["plan-memory", "plan-memory{strict=true}", "plan-memory,plan-memory{strict=true}", ""]:
+        assert format_pipeline(parse_pipeline(text)) == text
+    assert parse_pipeline(" plan-memory { strict = yes } ") == [PlanMemory(strict=True)]
+
+
+@pytest.mark.parametrize("text, error, words", [
+    ("no-such-pass", GrucOptionError, ["no-such-pass", "plan-memory"]),
+    ("plan-memory{colour=red}", GrucOptionError, ["colour", "strict"]),
+    ("plan-memory{strict=maybe}", GrucOptionError, ["maybe", "bool"]),
+    ("plan-memory{strict}", GrucParseError, ["key=value"]),
+    ("plan-memory}", GrucParseError, ["column"]),
+])
+def test_bad_pipelines_name_the_problem(text, error, words):
+    with pytest.raises(error) as info:
+        parse_pipeline(text)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_run_pipeline_verifies_times_and_prints():
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = g.add_variable(FLOAT, (4,), "x")
+    g.map_tensor_linearly(x)
+    g.create_host_read("x", x)
+    g.create_host_write("x", x)
+    printed = []
+    run = run_pipeline(Module(g, [Sequence()]), "plan-memory", verify_each=True, time_passes=True,
+                       print_between=lambda name, module: printed.append(name))
+    assert printed == ["plan-memory"] and run.timings[0][0] == "plan-memory"
+
+
+def test_a_failing_pass_is_named():
+    g = Graph(Target.custom(tiles_per_ipu=4, bytes_per_tile=64))
+    x = g.add_variable(FLOAT, (100,), "x")
+    g.set_tile_mapping(x, 0)
+    g.create_host_read("x", x)
+    with pytest.raises(GrucError, match="pass 'plan-memory' failed: out of memory"):
+        run_pipeline(Module(g, [Sequence()]), "plan-memory{strict=true}")
