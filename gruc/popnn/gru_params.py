@@ -1,0 +1,223 @@
+"""GRU layer parameters, options and weights: what ``popnn::gru`` takes besides tensors.
+
+:class:`GruParams` is poplibs' ``GruParams`` with one source of truth (poplibs keeps deprecated
+mirror fields next to ``rnn``; gruc derives the :class:`RnnParams` from the layer's own fields).
+:class:`GruOptions` parses poplibs' option dictionary (``{"inferenceOnly": False, ...}``) with the
+same names, rejecting unknown keys and bad values by name.  Gate order: poplibs computes in the
+fixed internal order reset, update, candidate; ``cell_order`` only permutes dim 0 of the weights,
+biases and weight gradients at the API boundary (:func:`to_internal_order`,
+:func:`from_internal_order`).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, NamedTuple
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from gruc.errors import GrucOptionError, GrucValueError
+from gruc.ir.tensor import Tensor, concat
+from gruc.ops.rnn_geometry import RnnParams
+from gruc.types import DType, dtype_of
+from gruc.validated import GrucModel
+
+GATES = ("reset", "update", "candidate")
+"""The internal gate order (poplibs' ``BasicGruCellUnit`` enum order)."""
+
+
+class Activation(str, Enum):
+    """Activations poplibs' GRU accepts (``popnn::NonLinearityType`` names)."""
+
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    HARD_SIGMOID = "hard_sigmoid"
+    RELU = "relu"
+    SOFTMAX = "softmax"
+
+
+class GruParams(GrucModel):
+    """The shape and variant of one GRU layer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    dtype: DType = Field(description="Element type of activations and weights (HALF or FLOAT).")
+    batch_size: int = Field(ge=1, description="Batch rows B.")
+    max_time_steps: int = Field(ge=1, description="Sequence length S (the loop's maximum).")
+    layer_sizes: tuple[int, int] = Field(description="(input size I, hidden size H).")
+    var_time_steps: Tensor | None = Field(
+        None, description="Lengths: an integer tensor of shape [B] (per row) or [1] (all rows).")
+    output_full_sequence: bool = Field(True, description="Output [S,B,H] (else the last state).")
+    calc_input_gradients: bool = Field(True, description="Backward computes input gradients.")
+    cell_order: tuple[str, str, str] = Field(GATES, description="Gate order of dim 0 of weights.")
+    reset_after: bool = Field(False, description="Apply the reset gate after the matmul (Keras v1).")
+    activation: Activation = Field(Activation.TANH, description="Candidate activation.")
+    recurrent_activation: Activation = Field(Activation.SIGMOID, description="Gate activation.")
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype(cls, value: Any) -> DType:
+        dtype = dtype_of(value)
+        if not dtype.is_float:
+            raise ValueError(f"must be half or float, got {dtype.name}")
+        return dtype
+
+    @field_validator("layer_sizes", mode="before")
+    @classmethod
+    def _layer_sizes(cls, value: Any) -> tuple[int, int]:
+        sizes = tuple(value)
+        if len(sizes) != 2:
+            raise ValueError(f"Invalid GRU params (layerSize != 2): got {len(sizes)} sizes")
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+            raise ValueError(f"layer sizes must be integers >= 1, got {list(sizes)}")
+        return sizes  # type: ignore[return-value]
+
+    @field_validator("cell_order", mode="before")
+    @classmethod
+    def _cell_order(cls, value: Any) -> tuple[str, str, str]:
+        aliases = {"reset": "reset", "reset_gate": "reset", "update": "update",
+                   "update_gate": "update", "candidate": "candidate", "cell": "candidate"}
+        names = tuple(aliases.get(str(getattr(g, "value", g)).lower().replace("-", "_"), str(g))
+                      for g in value)
+        if sorted(names) != sorted(GATES):
+            raise ValueError(f"cell order {list(value)} is not a permutation of {list(GATES)}")
+        return names  # type: ignore[return-value]
+
+    @field_validator("activation", "recurrent_activation", mode="before")
+    @classmethod
+    def _activation(cls, value: Any) -> Activation:
+        name = str(getattr(value, "value", value)).lower().replace("-", "_")
+        try:
+            return Activation(name)
+        except ValueError:
+            allowed = ", ".join(a.value for a in Activation)
+            raise ValueError(f"unknown activation {value!r}; allowed: {allowed}") from None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "GruParams":
+        lengths = self.var_time_steps
+        if lengths is not None:
+            if lengths.rank != 1:
+                raise ValueError("Invalid RNN timeSteps tensor (rank != 1): got shape "
+                                 f"{list(lengths.shape)}")
+            if lengths.num_elements not in (1, self.batch_size):
+                raise ValueError(f"Invalid RNN timeSteps tensor (size != batchSize) && (size != 1):"
+                                 f" size {lengths.num_elements}, batchSize {self.batch_size}")
+            if lengths.dtype.is_float:
+                raise ValueError(f"the lengths tensor must be integer, got {lengths.dtype.name}")
+        return self
+
+    @property
+    def input_size(self) -> int:
+        return self.layer_sizes[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.layer_sizes[1]
+
+    @property
+    def rnn(self) -> RnnParams:
+        """The generic RNN parameters (sequence layout, shard limits)."""
+        shape = None if self.var_time_steps is None else tuple(self.var_time_steps.shape)
+        return RnnParams(dtype=self.dtype, batch_size=self.batch_size,
+                         max_time_steps=self.max_time_steps, layer_sizes=self.layer_sizes,
+                         var_time_steps_shape=shape)
+
+    @property
+    def num_intermediates(self) -> int:
+        """Forward intermediates saved per step: r, u, c, (h if not full sequence), (c_rec)."""
+        return 3 + (not self.output_full_sequence) + self.reset_after
+
+    def with_lengths(self, lengths: Tensor | None) -> "GruParams":
+        """The same layer with another lengths tensor."""
+        return self.model_copy(update={"var_time_steps": lengths})
+
+
+_PARTIALS = {"half": "half", "float": "float"}
+
+
+class GruOptions(GrucModel):
+    """poplibs' GRU option flags; build from a dict with :meth:`parse`."""
+
+    inference_only: bool = Field(True, alias="inferenceOnly",
+                                 description="Forward only: plans matmuls for inference.")
+    partials_type: str = Field("float", alias="partialsType",
+                               description="Matmul partials type: half or float.")
+    available_memory_proportion: float | None = Field(
+        None, alias="availableMemoryProportion", ge=0,
+        description="Fraction of tile memory matmuls may use for temporaries (default 0.6).")
+    num_shards: int | None = Field(None, alias="numShards",
+                                   description="Time shards (1..max); default: poplibs' heuristic.")
+    rnn_code_reuse: bool | None = Field(None, alias="rnnCodeReuse",
+                                        description="Build the loop body once and call it.")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("partials_type", mode="before")
+    @classmethod
+    def _partials(cls, value: Any) -> str:
+        name = dtype_of(value).name if not isinstance(value, str) else value.lower()
+        if name not in _PARTIALS:
+            raise ValueError(f"partialsType {value!r} is not one of: half, float")
+        return name
+
+    @classmethod
+    def parse(cls, options: "GruOptions | dict[str, Any] | None") -> "GruOptions":
+        """Options from poplibs names (``{"inferenceOnly": False}``), a model, or None."""
+        if options is None:
+            return cls()
+        if isinstance(options, GruOptions):
+            return options
+        if not isinstance(options, dict):
+            raise GrucOptionError(f"GRU options must be a dict or GruOptions, got "
+                                  f"{type(options).__name__}")
+        valid = {f.alias or name: name for name, f in cls.model_fields.items()}
+        unknown = [k for k in options if k not in valid and k not in valid.values()]
+        if unknown:
+            raise GrucOptionError(f"Unrecognised GRU option {unknown[0]!r}; valid options: "
+                                  + ", ".join(sorted(valid)))
+        return cls(**options)
+
+    def matmul_options(self, fully_connected_pass: str) -> dict[str, Any]:
+        """The options every matmul of the layer gets (poplibs' ``getMMOpts``)."""
+        result: dict[str, Any] = {"partialsType": self.partials_type,
+                                  "fullyConnectedPass": fully_connected_pass}
+        if self.available_memory_proportion is not None:
+            result["availableMemoryProportion"] = self.available_memory_proportion
+        return result
+
+
+class GruWeights(NamedTuple):
+    """The layer's weights, dim 0 in cell order: [3,I,H], [3,H,H], [3,H] or [3,2,H]."""
+
+    input_weights: Tensor
+    output_weights: Tensor
+    biases: Tensor
+
+
+def to_internal_order(tensor: Tensor, cell_order: tuple[str, ...]) -> Tensor:
+    """A view of ``tensor`` (gates on dim 0 in ``cell_order``) in reset, update, candidate order."""
+    return concat([tensor.slice(cell_order.index(g), cell_order.index(g) + 1, 0) for g in GATES])
+
+
+def from_internal_order(tensor: Tensor, cell_order: tuple[str, ...]) -> Tensor:
+    """A view of ``tensor`` (gates in internal order) in ``cell_order``."""
+    return concat([tensor.slice(GATES.index(g), GATES.index(g) + 1, 0) for g in cell_order])
+
+
+def weights_in_order(weights: GruWeights, order: tuple[str, ...], to_internal: bool) -> GruWeights:
+    convert = to_internal_order if to_internal else from_internal_order
+    return GruWeights(*(convert(t, order) for t in weights))
+
+
+def check_weights(params: GruParams, weights: GruWeights) -> None:
+    """Raise naming the tensor whose shape does not fit the layer."""
+    i, h = params.layer_sizes
+    expected = {"input_weights": (3, i, h), "output_weights": (3, h, h),
+                "biases": (3, 2, h) if params.reset_after else (3, h)}
+    for name, shape in expected.items():
+        got = getattr(weights, name).shape
+        if got != shape:
+            raise GrucValueError(f"GRU {name} has shape {list(got)}, the layer needs {list(shape)}")
+    if any(t.dtype != params.dtype for t in weights):
+        raise GrucValueError(f"GRU weights must be {params.dtype.name}")
