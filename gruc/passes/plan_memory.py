@@ -1,0 +1,356 @@
+"""plan-memory: give every variable a byte offset on every tile that holds some of its elements.
+
+Why: on the IPU all memory is allocated at compile time, per tile, and what does not fit on one
+tile does not run — whatever the other 1471 tiles have free.  Poplar's answer, followed here, is
+liveness-based reuse: *always-live* variables (constants, host-visible tensors, state carried
+between runs) get an exclusive region packed from address 0; *not-always-live* variables share
+the rest, two of them overlapping only if no program step needs both (``gruc.passes.liveness``).
+poplibs writes ``WriteUndef`` on sequence tensors precisely to move them into the second group.
+
+Layout rule.  On each tile a variable occupies one contiguous block: its elements on that tile,
+in flat element order, ``count_on_tile * dtype.size`` bytes, starting at a multiple of
+``target.memory_alignment``.  Blocks are accounted at their size rounded up to the alignment (the
+allocation granule), so per-tile figures are whole granules.  The byte address of an element is::
+
+    tile * target.bytes_per_tile + offset[variable, tile] + rank * dtype.size
+
+where ``rank`` is the element's position among its variable's elements on that tile.
+
+Allocation, per tile: always-live blocks in variable order from offset 0; then not-always-live
+blocks, largest first (ties by variable index), each at the lowest aligned offset that does not
+overlap an already placed block of an *interfering* variable (one live at a common step).  This is
+first-fit, as in tinygrad's planner; it is deterministic, and it never places two interfering
+variables on common bytes, which is the property the runtime depends on.  Tiles with the same
+*signature* (the same variables with the same byte counts) get the same plan, computed once: a
+tensor spread linearly over 1472 tiles gives a handful of distinct signatures, not 1472.
+
+Out of memory does not stop planning (Poplar's IPUModel compiles and reports); the plan lists the
+tiles that do not fit, and ``strict=True`` raises :class:`GrucOutOfMemory` naming the worst one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
+from gruc.ir.mapping import UNMAPPED, runs_of
+from gruc.ir.module import Module
+from gruc.ir.tensor import Tensor
+from gruc.passes.liveness import Liveness, analyse_liveness
+
+__all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
+
+LARGEST_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class TileOverflow:
+    """A tile whose planned memory exceeds its capacity."""
+
+    tile: int
+    bytes: int
+    """Highest allocated address on the tile (total including gaps)."""
+    capacity: int
+    largest: tuple[tuple[str, int], ...]
+    """The largest variables on the tile: ``(name, bytes on this tile)``, largest first."""
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{name} ({nbytes} B)" for name, nbytes in self.largest)
+        return (f"tile {self.tile} needs {self.bytes} bytes but has {self.capacity} "
+                f"(largest tensors there: {shown})")
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryPlan:
+    """Where every allocated variable lives: one block per (variable, tile), and per-tile totals.
+
+    Block arrays are parallel, sorted by (variable, tile).  Per-tile arrays have one entry per
+    tile of the target.  All arrays are read-only.
+    """
+
+    liveness: Liveness
+    num_tiles: int
+    capacity: int
+    """Bytes per tile (``target.bytes_per_tile``)."""
+    alignment: int
+    block_variable: np.ndarray
+    block_tile: np.ndarray
+    block_offset: np.ndarray
+    block_nbytes: np.ndarray
+    """Exact bytes of each block (``count * dtype.size``)."""
+    block_size: np.ndarray
+    """Bytes each block is accounted at (``block_nbytes`` rounded up to ``alignment``)."""
+    always_live_bytes: np.ndarray
+    not_always_live_bytes: np.ndarray
+    """Per tile: peak over steps of the bytes of the not-always-live blocks live at the step."""
+    total_bytes: np.ndarray
+    """Per tile: the highest allocated address (gaps included)."""
+    tiles_over_capacity: tuple[TileOverflow, ...]
+    allocated: frozenset[int]
+    """Indices of the variables that received blocks."""
+    num_signatures: int
+    """Distinct tile signatures actually planned (the rest reused a plan)."""
+    _graph: object = field(repr=False)
+    _runs: tuple[np.ndarray, ...] = field(repr=False)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    # ---- queries --------------------------------------------------------------------------------
+    @property
+    def fits(self) -> bool:
+        return not self.tiles_over_capacity
+
+    @property
+    def max_total_bytes(self) -> int:
+        return int(self.total_bytes.max()) if self.num_tiles else 0
+
+    def _block_index(self, variable: int) -> tuple[int, int]:
+        lo = int(np.searchsorted(self.block_variable, variable, side="left"))
+        hi = int(np.searchsorted(self.block_variable, variable, side="right"))
+        return lo, hi
+
+    def blocks(self, variable: int) -> list[tuple[int, int, int]]:
+        """``(tile, offset, nbytes)`` of each block of ``variable`` (an index), by tile."""
+        lo, hi = self._block_index(variable)
+        return list(zip(self.block_tile[lo:hi].tolist(), self.block_offset[lo:hi].tolist(),
+                        self.block_nbytes[lo:hi].tolist()))
+
+    def offset(self, variable: int, tile: int) -> int:
+        """Byte offset on ``tile`` of ``variable``'s block there."""
+        lo, hi = self._block_index(variable)
+        at = lo + int(np.searchsorted(self.block_tile[lo:hi], tile))
+        if at >= hi or self.block_tile[at] != tile:
+            name = self._graph.variables[variable].name
+            raise GrucValueError(f"variable {name!r} has no elements on tile {tile}")
+        return int(self.block_offset[at])
+
+    def tile_blocks(self, tile: int) -> list[tuple[str, int, int, bool]]:
+        """``(variable name, offset, nbytes, always_live)`` of every block on ``tile``, by offset."""
+        keep = np.flatnonzero(self.block_tile == tile)
+        keep = keep[np.lexsort((self.block_variable[keep], self.block_offset[keep]))]
+        always = self.liveness.always_live
+        return [(self._graph.variables[v].name, off, nb, v in always) for v, off, nb in
+                zip(self.block_variable[keep].tolist(), self.block_offset[keep].tolist(),
+                    self.block_nbytes[keep].tolist())]
+
+    def addresses(self) -> np.ndarray:
+        """Byte address of every global element id (``-1`` for unallocated), built once."""
+        if "addresses" not in self._cache:
+            graph = self._graph
+            last = graph.variables[-1] if graph.variables else None
+            num_ids = last.first_id + last.num_elements if last is not None else 0
+            result = np.full(num_ids, -1, dtype=np.int64)
+            run_first_id, run_length, run_base, run_elem_size = self._runs
+            total = int(run_length.sum())
+            if total:
+                before = np.cumsum(run_length) - run_length
+                position = np.arange(total, dtype=np.int64)
+                ids = np.repeat(run_first_id - before, run_length) + position
+                result[ids] = (np.repeat(run_base - before * run_elem_size, run_length)
+                               + position * np.repeat(run_elem_size, run_length))
+            result.flags.writeable = False
+            self._cache["addresses"] = result
+        return self._cache["addresses"]
+
+    def element_addresses(self, tensor: Tensor) -> np.ndarray:
+        """Byte address (``tile * bytes_per_tile + offset``) of each element of ``tensor``'s
+        flattened view, as int64."""
+        ids = tensor.flat_ids()
+        result = self.addresses()[ids]
+        if len(result) and result.min() < 0:
+            bad = int(ids[np.argmin(result)])
+            var = self._graph.variables[int(self._graph.variable_of_id(np.array([bad]))[0])]
+            raise GrucValueError(f"variable {var.name!r} has no memory in this plan (it is not "
+                                 "used by the module and not fully mapped)")
+        return result
+
+    def summary(self) -> str:
+        """A few lines: bytes per category and tiles that do not fit."""
+        used = self.total_bytes > 0
+        lines = [f"memory plan: {int(used.sum())} of {self.num_tiles} tiles used, "
+                 f"{len(self.allocated)} variables, {len(self.block_variable)} blocks, "
+                 f"{self.num_signatures} distinct tile layouts",
+                 f"  always-live bytes     total {int(self.always_live_bytes.sum())}, "
+                 f"max/tile {int(self.always_live_bytes.max(initial=0))}",
+                 f"  not-always-live peak  total {int(self.not_always_live_bytes.sum())}, "
+                 f"max/tile {int(self.not_always_live_bytes.max(initial=0))}",
+                 f"  total incl. gaps      max/tile {self.max_total_bytes} of {self.capacity}"]
+        if self.tiles_over_capacity:
+            lines.append(f"  {len(self.tiles_over_capacity)} tile(s) over capacity, e.g. "
+                         f"{self.tiles_over_capacity[0]}")
+        return "\n".join(lines)
+
+
+# ---- planning -------------------------------------------------------------------------------------
+def _align(nbytes: np.ndarray | int, alignment: int):
+    return -(-nbytes // alignment) * alignment
+
+
+def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> int:
+    """Lowest offset >= base where [offset, offset + size) misses every [starts, ends)."""
+    if len(starts) == 0:
+        return base
+    candidates = np.unique(np.concatenate(([base], ends[ends > base])))
+    clash = (starts[None, :] < candidates[:, None] + size) & (ends[None, :] > candidates[:, None])
+    return int(candidates[np.argmin(clash.any(axis=1))])
+
+
+def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
+                    liveness: Liveness) -> tuple[np.ndarray, int, int, int]:
+    """Offsets (in the given block order), always-live bytes, not-always-live peak, total."""
+    offsets = np.zeros(len(variables), dtype=np.int64)
+    al = np.flatnonzero(always)
+    offsets[al] = np.cumsum(sizes[al]) - sizes[al]
+    al_end = int(sizes[al].sum())
+    nal = np.flatnonzero(~always)
+    total = al_end
+    peak = 0
+    if len(nal):
+        nal = nal[np.lexsort((variables[nal], -sizes[nal]))]
+        live = liveness.step_matrix(variables[nal])
+        as_float = live.astype(np.float32)
+        interferes = (as_float @ as_float.T) > 0
+        nal_sizes = sizes[nal]
+        placed_start = np.zeros(len(nal), dtype=np.int64)
+        placed_end = np.zeros(len(nal), dtype=np.int64)
+        for i in range(len(nal)):
+            others = np.flatnonzero(interferes[i, :i])
+            start = _first_fit(placed_start[others], placed_end[others], al_end, int(nal_sizes[i]))
+            placed_start[i], placed_end[i] = start, start + nal_sizes[i]
+        offsets[nal] = placed_start
+        total = max(total, int(placed_end.max()))
+        if live.shape[1]:
+            peak = int((nal_sizes @ live.astype(np.int64)).max())
+    return offsets, al_end, peak, total
+
+
+def plan_memory(module: Module, liveness: Liveness | None = None, *,
+                strict: bool = False) -> MemoryPlan:
+    """Plan the memory of ``module`` (see the module docstring); never mutates it.
+
+    ``liveness`` may be passed if already computed for this module.  Raises
+    :class:`GrucMappingError` if a variable the module uses is not fully mapped, and, with
+    ``strict``, :class:`GrucOutOfMemory` if some tile does not fit.
+    """
+    graph = module.graph
+    target = graph.target
+    if liveness is None:
+        liveness = analyse_liveness(module)
+    num_tiles, capacity, alignment = target.num_tiles, target.bytes_per_tile, target.memory_alignment
+
+    # Runs of consecutive elements on one tile, for every variable that gets memory.
+    run_var, run_tile, run_begin, run_length = [], [], [], []
+    allocated = []
+    for index, variable in enumerate(graph.variables):
+        if variable.num_elements == 0:
+            continue
+        tiles = graph.element_tiles(variable)
+        unmapped = int(np.count_nonzero(tiles == UNMAPPED))
+        if unmapped:
+            if index in liveness.used:
+                raise GrucMappingError(
+                    f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
+                    f"by the module but {unmapped} of its {variable.num_elements} elements have no "
+                    "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
+            continue
+        begins, ends = runs_of(tiles)
+        allocated.append(index)
+        run_var.append(np.full(len(begins), index, dtype=np.int64))
+        run_tile.append(tiles[begins])
+        run_begin.append(begins)
+        run_length.append(ends - begins)
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+    run_var, run_tile, run_begin, run_length = map(cat, (run_var, run_tile, run_begin, run_length))
+
+    # Blocks = distinct (variable, tile); each run's rank offset inside its block.
+    key = run_var * num_tiles + run_tile
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    sorted_len = run_length[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_key[1:] != sorted_key[:-1]
+    block_start = np.flatnonzero(first)
+    csum = np.cumsum(sorted_len) - sorted_len
+    run_block_sorted = np.cumsum(first) - 1
+    run_rank = np.empty(len(order), dtype=np.int64)
+    run_rank[order] = csum - csum[block_start][run_block_sorted]
+    run_block = np.empty(len(order), dtype=np.int64)
+    run_block[order] = run_block_sorted
+    block_key = sorted_key[block_start]
+    block_count = np.add.reduceat(sorted_len, block_start) if len(order) else block_key
+    block_variable = block_key // num_tiles
+    block_tile = block_key % num_tiles
+    elem_size = np.array([v.dtype.size for v in graph.variables], dtype=np.int64)
+    block_nbytes = block_count * elem_size[block_variable] if len(block_key) else block_key
+    block_size = _align(block_nbytes, alignment)
+    always_set = np.zeros(len(graph.variables), dtype=bool)
+    always_set[list(liveness.always_live)] = True
+    block_always = always_set[block_variable]
+
+    # Plan each distinct tile signature once.
+    by_tile = np.lexsort((block_variable, block_tile))
+    tiles_sorted = block_tile[by_tile]
+    cuts = np.flatnonzero(np.diff(tiles_sorted)) + 1
+    block_offset = np.zeros(len(block_key), dtype=np.int64)
+    always_live_bytes = np.zeros(num_tiles, dtype=np.int64)
+    nal_bytes = np.zeros(num_tiles, dtype=np.int64)
+    total_bytes = np.zeros(num_tiles, dtype=np.int64)
+    plans: dict[tuple, tuple] = {}
+    for group in np.split(by_tile, cuts) if len(by_tile) else []:
+        variables, sizes = block_variable[group], block_size[group]
+        signature = (variables.tobytes(), sizes.tobytes())
+        plan = plans.get(signature)
+        if plan is None:
+            plan = plans[signature] = _plan_signature(variables, sizes, block_always[group],
+                                                      liveness)
+        offsets, al, peak, total = plan
+        tile = int(block_tile[group[0]])
+        block_offset[group] = offsets
+        always_live_bytes[tile], nal_bytes[tile], total_bytes[tile] = al, peak, total
+
+    overflows = []
+    for tile in np.flatnonzero(total_bytes > capacity).tolist():
+        on_tile = np.flatnonzero(block_tile == tile)
+        on_tile = on_tile[np.lexsort((block_variable[on_tile], -block_nbytes[on_tile]))]
+        largest = tuple((graph.variables[int(v)].name, int(n)) for v, n in
+                        zip(block_variable[on_tile[:LARGEST_SHOWN]], block_nbytes[on_tile[:LARGEST_SHOWN]]))
+        overflows.append(TileOverflow(tile, int(total_bytes[tile]), capacity, largest))
+
+    first_ids = np.array([v.first_id for v in graph.variables], dtype=np.int64)
+    run_elem_size = elem_size[run_var] if len(run_var) else run_var
+    run_base = (run_tile * capacity + block_offset[run_block] + run_rank * run_elem_size
+                if len(run_var) else run_var)
+    runs = (first_ids[run_var] + run_begin if len(run_var) else run_var, run_length, run_base,
+            run_elem_size)
+    arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
+              always_live_bytes, nal_bytes, total_bytes, *runs]
+    for array in arrays:
+        array.flags.writeable = False
+    plan = MemoryPlan(
+        liveness=liveness, num_tiles=num_tiles, capacity=capacity, alignment=alignment,
+        block_variable=block_variable, block_tile=block_tile, block_offset=block_offset,
+        block_nbytes=block_nbytes, block_size=block_size, always_live_bytes=always_live_bytes,
+        not_always_live_bytes=nal_bytes, total_bytes=total_bytes,
+        tiles_over_capacity=tuple(overflows), allocated=frozenset(allocated),
+        num_signatures=len(plans), _graph=graph, _runs=runs)
+    if strict and overflows:
+        worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
+        others = len(overflows) - 1
+        raise GrucOutOfMemory(f"out of memory: {worst}"
+                              + (f"; {others} other tile(s) do not fit either" if others else ""))
+    return plan
+
+
+@dataclass(frozen=True)
+class PlanMemory:
+    """The ``plan-memory`` pass: plans (and so checks mappings and, if ``strict``, capacity);
+    returns the module unchanged.  Use :func:`plan_memory` to get the :class:`MemoryPlan`."""
+
+    name: ClassVar[str] = "plan-memory"
+    strict: bool = False
+
+    def apply(self, module: Module) -> Module:
+        plan_memory(module, strict=self.strict)
+        return module
