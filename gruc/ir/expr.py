@@ -357,7 +357,6 @@ def with_children(expr: Expr, new: Sequence[Expr]) -> Expr:
     return expr
 
 
-_with_children = with_children  # the name gruc/ops/elementwise.py used before it was public
 
 
 def walk(expr: Expr) -> Iterator[Expr]:

@@ -111,7 +111,7 @@ def _unfused(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out: Tensor
                 operands.append(v)
                 v = ex.PlaceHolder(len(operands))
             args.append(v)
-        single = ex._with_children(node, args)
+        single = ex.with_children(node, args)
         if node is typed:
             target = out
         else:
