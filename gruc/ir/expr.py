@@ -357,8 +357,6 @@ def with_children(expr: Expr, new: Sequence[Expr]) -> Expr:
     return expr
 
 
-
-
 def walk(expr: Expr) -> Iterator[Expr]:
     """Every node, operands before the node that uses them (a shared subtree appears each time)."""
     for child in children(expr):

@@ -454,8 +454,9 @@ def _unary_reference(op, x, dx):
             return np.where(x > 0, x, 0.0), dx
         if op is Unary.SQUARE:
             return x * x, 2 * np.abs(x) * dx + dx * dx
-        if op is Unary.SQRT:
-            return np.sqrt(x), np.minimum(np.sqrt(dx), dx / np.sqrt(np.abs(x)))
+        if op is Unary.SQRT:  # an argument that may round below zero may give NaN: not checked
+            bound = np.minimum(np.sqrt(dx), dx / np.sqrt(np.abs(x)))
+            return np.sqrt(x), np.where(x - dx >= 0, bound, np.inf)
         if op is Unary.EXP:
             r = np.exp(x)
             return r, r * np.expm1(dx)
