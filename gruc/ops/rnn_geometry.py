@@ -225,20 +225,17 @@ def code_reuse_default(num_shards: int) -> bool:
 def shard_time_bounds(time_steps: int, num_shards: int, multiple: int = 1) -> list[tuple[int, int]]:
     """``(begin, end)`` rows of each shard along a ``[time_steps * multiple, ...]`` sequence.
 
-    Every shard but the last has ``L = ceil(time_steps / num_shards)`` steps, the last the rest;
-    each step is ``multiple`` rows.  A split that would leave the last shard empty is rejected
-    (poplibs would wrap an unsigned length; :func:`get_max_shards` never asks for one).
+    Every shard has ``L = ceil(time_steps / num_shards)`` steps until the sequence runs out; each
+    step is ``multiple`` rows.  When ``L * (num_shards - 1) >= time_steps`` (e.g. 7 shards of 30
+    steps: 5 each) the trailing shards get no steps — poplibs computes their length as an
+    unsigned difference that wraps; gruc gives them empty loops, so every shard count from 1 to
+    :func:`get_max_shards` builds the same computation.
     """
     expect(time_steps >= 1, GrucValueError, f"time_steps must be at least 1, got {time_steps}")
     expect(num_shards >= 1, GrucValueError, f"num_shards must be at least 1, got {num_shards}")
     expect(multiple >= 1, GrucValueError, f"multiple must be at least 1, got {multiple}")
     steps = -(-time_steps // num_shards)
-    if time_steps - steps * (num_shards - 1) < 1:
-        usable = -(-time_steps // steps)
-        raise GrucValueError(f"{num_shards} shards of ceil({time_steps}/{num_shards}) = {steps} "
-                             f"steps leave the last shard of {time_steps} steps empty; at most "
-                             f"{usable} shards give every shard a step")
-    return [(i * steps * multiple, min((i + 1) * steps, time_steps) * multiple)
+    return [(min(i * steps, time_steps) * multiple, min((i + 1) * steps, time_steps) * multiple)
             for i in range(num_shards)]
 
 

@@ -281,7 +281,7 @@ class _Dataflow:
         elif isinstance(node, _While):
             cond_in = 0
             while True:
-                pred_out = self.transfer(node.body, cond_in)
+                pred_out = out | self.transfer(node.body, cond_in)
                 new_cond_in = self.transfer(node.cond, self.transfer(node.pred, pred_out))
                 if new_cond_in == cond_in:
                     break

@@ -189,12 +189,20 @@ def _align(nbytes: np.ndarray | int, alignment: int):
 
 
 def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> int:
-    """Lowest offset >= base where [offset, offset + size) misses every [starts, ends)."""
-    if len(starts) == 0:
+    """Lowest offset >= base where [offset, offset + size) misses every [starts, ends).
+
+    One sweep over the intervals sorted by start: the free gaps are the spaces between the running
+    maximum of the ends and the next start, in increasing address order.
+    """
+    keep = ends > base
+    if not keep.any():
         return base
-    candidates = np.unique(np.concatenate(([base], ends[ends > base])))
-    clash = (starts[None, :] < candidates[:, None] + size) & (ends[None, :] > candidates[:, None])
-    return int(candidates[np.argmin(clash.any(axis=1))])
+    order = np.argsort(starts[keep], kind="stable")
+    begin, end = starts[keep][order], ends[keep][order]
+    reach = np.maximum.accumulate(end)
+    gap_start = np.maximum(np.concatenate(([base], reach[:-1])), base)
+    fits = np.flatnonzero(begin - gap_start >= size)
+    return int(gap_start[fits[0]]) if len(fits) else int(reach[-1])
 
 
 def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,

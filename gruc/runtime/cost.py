@@ -34,12 +34,28 @@ COPY_BYTES_PER_CYCLE = 8
 Estimator = Callable[[Vertex, np.ndarray, Target], np.ndarray]
 CYCLE_ESTIMATORS: dict[str, Estimator] = {}
 
+ExchangeEstimator = Callable[[Vertex, Graph], tuple[np.ndarray, np.ndarray, bool]]
+"""Bytes each tile receives and sends for a vertex, and whether any of them crosses IPUs."""
+EXCHANGE_ESTIMATORS: dict[str, ExchangeEstimator] = {}
+"""Exchange of kinds whose fields do not pair element by element with the split field (a matmul's
+operand blocks go to every tile that uses them); other kinds get the elementwise rule."""
+
 
 def cycle_estimator(kind: str) -> Callable[[Estimator], Estimator]:
     """Register the compute-cycle estimator of vertex kind ``kind``."""
 
     def register(fn: Estimator) -> Estimator:
         CYCLE_ESTIMATORS[kind] = fn
+        return fn
+
+    return register
+
+
+def exchange_estimator(kind: str) -> Callable[[ExchangeEstimator], ExchangeEstimator]:
+    """Register the exchange estimator of vertex kind ``kind``."""
+
+    def register(fn: ExchangeEstimator) -> ExchangeEstimator:
+        EXCHANGE_ESTIMATORS[kind] = fn
         return fn
 
     return register
@@ -113,6 +129,13 @@ class _StepCoster:
             compute += elementwise_cycles(elements, 1, 1)
         else:
             compute += estimator(vertex, elements, self.target)
+        exchange = EXCHANGE_ESTIMATORS.get(vertex.kind.name)
+        if exchange is not None:
+            received, sent, crosses = exchange(vertex, self.graph)
+            bytes_in += received
+            bytes_out += sent
+            crossing.append(crosses)
+            return
         for _, tensor in vertex.tensors():
             if vertex.tile is None:
                 self.remote(tensor, home, bytes_in, bytes_out, crossing)

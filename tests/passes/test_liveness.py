@@ -344,7 +344,12 @@ def build_random_module(draw, target=TARGET):
 
     for _ in range(ints(0, 2)):
         functions.append(graph.add_function(program(1)))
-    return Module(graph, [program(0) for _ in range(ints(1, 2))])
+    def entry():
+        # poplibs-style: declare some variables dead first, so they become not-always-live
+        dead = [WriteUndef(v) for v in writable if ints(0, 2)]
+        return Sequence(*dead, program(0))
+
+    return Module(graph, [entry() for _ in range(ints(1, 2))])
 
 
 def step_tensors(node):

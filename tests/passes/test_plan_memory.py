@@ -179,6 +179,18 @@ def test_identical_tiles_are_planned_once():
     assert plan.total_bytes.tolist() == [256] * 64
 
 
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8)), max_size=8),
+       st.integers(0, 20), st.integers(1, 10))
+def test_first_fit_finds_the_lowest_free_offset(intervals, base, size):
+    from gruc.passes.plan_memory import _first_fit
+    starts = np.array([s for s, _ in intervals], dtype=np.int64)
+    ends = np.array([s + n for s, n in intervals], dtype=np.int64)
+    expected = next(o for o in range(base, 100)
+                    if not np.any((starts < o + size) & (ends > o)))
+    assert _first_fit(starts, ends, base, size) == expected
+
+
 # ---- invariants on random modules --------------------------------------------------------------
 def check_invariants(module, plan: MemoryPlan):
     graph = module.graph

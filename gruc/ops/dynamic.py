@@ -1,0 +1,150 @@
+"""Dynamic slicing (popops ``dynamicSlice`` / ``dynamicUpdate``): windows chosen at run time.
+
+``dynamic_slice(graph, t, offset, dims, sizes, prog)`` returns a new tensor shaped like ``t`` with
+``dims[k]`` cut to ``sizes[k]``, holding the window that starts at the run-time ``offset`` (an INT
+or UNSIGNED_INT tensor with one element per sliced dim — typically a loop counter on tile 0).
+``dynamic_update(graph, t, s, offset, dims, sizes, prog)`` writes ``s`` into that window of ``t``.
+Semantics (poplibs, ``docs/poplibs-notes.md`` §1.5):
+
+* inside a window of several rows the index wraps: row ``i`` of dim ``d`` is ``(offset + i) mod
+  t.dim(d)``;
+* an out-of-range offset (``>= t.dim(d)``, or negative) on any sliced dim makes the operation do
+  nothing: the slice result keeps whatever it held before (poplibs: undefined), the update is not
+  applied.
+
+Placement.  The slice result is mapped like ``t``'s window at offset 0.  Work is split by
+*columns* — the elements of ``t`` that differ only in the sliced dims: each tile holding the first
+element of some columns runs one vertex over those columns, reading only the offset from elsewhere.
+When every column lives on one tile, as in poplibs' RNN sequence tensors (time-major on each tile,
+``gruc.ops.rnn``), a slice or update per time step is tile-local and costs no exchange but the
+offset; otherwise the vertex reads the rest of its columns remotely, and the cycle model counts it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
+from gruc.ir.codelets.dynamic import OFFSET_TYPES
+from gruc.ir.graph import ComputeSet, Graph
+from gruc.ir.mapping import UNMAPPED, consecutive_runs
+from gruc.ir.program import Execute, Sequence as Seq
+from gruc.ir.tensor import Tensor, concat
+
+__all__ = ["dynamic_slice", "dynamic_update"]
+
+
+def _check_request(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
+                   sizes: Sequence[int], what: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Validated ``(dims, sizes)``; raises naming the bad argument and what is allowed."""
+    for role, tensor in (("tensor", t), ("offset", offset)):
+        expect(isinstance(tensor, Tensor), GrucTypeError,
+               f"{what} {role} must be a gruc Tensor, got {type(tensor).__name__}")
+        expect(tensor.graph is graph, GrucValueError, f"{what} {role} belongs to another graph")
+    try:
+        dims, sizes = tuple(int(d) for d in dims), tuple(int(s) for s in sizes)
+    except (TypeError, ValueError):
+        raise GrucTypeError(f"{what} dims {dims!r} and sizes {sizes!r} must be sequences of "
+                            "integers") from None
+    expect(len(dims) >= 1, GrucValueError, f"{what} needs at least one dimension to slice")
+    expect(len(dims) == len(sizes), GrucValueError,
+           f"{what} has {len(dims)} dims but {len(sizes)} sizes; give one size per dim")
+    expect(len(set(dims)) == len(dims), GrucValueError, f"{what} dims {list(dims)} repeat a dim")
+    for d, s in zip(dims, sizes):
+        expect(0 <= d < t.rank, GrucIndexError,
+               f"{what} dim {d} is out of range for shape {list(t.shape)} "
+               f"(allowed 0..{t.rank - 1})")
+        expect(1 <= s <= t.shape[d], GrucValueError,
+               f"{what} size {s} of dim {d} must be within 1..{t.shape[d]}")
+    expect(offset.dtype in OFFSET_TYPES, GrucTypeError,
+           f"{what} offset must be int or unsigned_int, got {offset.dtype.name}")
+    expect(offset.num_elements == len(dims) and offset.rank <= 1, GrucShapeError,
+           f"{what} offset must hold one element per sliced dim ({len(dims)}), got shape "
+           f"{list(offset.shape)}")
+    for role, tensor in (("tensor", t), ("offset", offset)):
+        expect(graph.is_fully_mapped(tensor), GrucValueError,
+               f"{what} {role} must be mapped to tiles before it is sliced")
+    return dims, sizes
+
+
+def _columns(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """``t`` as ``[t.dim(dims[0]), ..., M]``: sliced dims first, all others flattened to columns."""
+    order = list(dims) + [d for d in range(t.rank) if d not in dims]
+    moved = t.dim_shuffle(order) if order != list(range(t.rank)) else t
+    columns = math.prod(t.shape[d] for d in order[len(dims):])
+    return moved.reshape([t.shape[d] for d in dims] + [columns])
+
+
+def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor, base: Tensor,
+                         window_field: str, window: Tensor) -> None:
+    """One ``kind`` vertex per tile, over the columns whose first base element is on that tile."""
+    sliced = base.rank - 1
+    columns = base.shape[-1]
+    first_row = base.slice([0] * base.rank, [1] * sliced + [columns])
+    home = graph.element_tiles(first_row)
+    last = sliced
+
+    def pick(view: Tensor, cols: np.ndarray) -> Tensor:
+        if len(cols) == columns:
+            return view
+        begins, ends = consecutive_runs(cols)
+        return concat([view.slice(int(cols[b]), int(cols[e - 1]) + 1, last)
+                       for b, e in zip(begins.tolist(), ends.tolist())], last)
+
+    offsets = offset.reshape([sliced])
+    for tile in np.unique(home[home != UNMAPPED]).tolist():
+        cols = np.flatnonzero(home == tile)
+        graph.add_vertex(cs, kind, {"offset": offsets, "base": pick(base, cols),
+                                    window_field: pick(window, cols)}, tile=tile)
+
+
+def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
+                  sizes: Sequence[int], prog: Seq, name: str = "") -> Tensor:
+    """A new tensor: the window of ``t`` at the run-time ``offset`` (popops ``dynamicSlice``).
+
+    The result has ``t``'s shape with ``dims[k]`` of size ``sizes[k]``, and is mapped like
+    ``t``'s window at offset 0.  Out-of-range offsets leave it unwritten (see the module doc).
+    """
+    dims, sizes = _check_request(graph, t, offset, dims, sizes, "dynamic_slice")
+    ends = list(t.shape)
+    for d, s in zip(dims, sizes):
+        ends[d] = s
+    out = graph.clone(t.slice([0] * t.rank, ends), name or "dynamic_slice")
+    cs = graph.add_compute_set(name or "dynamic_slice")
+    _add_column_vertices(graph, cs, "DynamicSlice", offset, _columns(t, dims), "out",
+                         _columns(out, dims))
+    prog.add(Execute(cs))
+    return out
+
+
+def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Sequence[int],
+                   sizes: Sequence[int], prog: Seq, name: str = "") -> None:
+    """Write ``s`` into the window of ``t`` at the run-time ``offset`` (popops ``dynamicUpdate``).
+
+    ``s`` has ``t``'s shape with ``dims[k]`` of size ``sizes[k]`` and must not share elements
+    with ``t``.  An out-of-range offset leaves ``t`` unchanged (see the module doc).
+    """
+    dims, sizes = _check_request(graph, t, offset, dims, sizes, "dynamic_update")
+    expect(isinstance(s, Tensor) and s.graph is graph, GrucTypeError,
+           "dynamic_update slice must be a gruc Tensor of the same graph")
+    window_shape = list(t.shape)
+    for d, size in zip(dims, sizes):
+        window_shape[d] = size
+    expect(list(s.shape) == window_shape, GrucShapeError,
+           f"dynamic_update slice has shape {list(s.shape)}; slicing {list(t.shape)} by sizes "
+           f"{list(sizes)} of dims {list(dims)} needs {window_shape}")
+    expect(s.dtype == t.dtype, GrucTypeError,
+           f"dynamic_update slice is {s.dtype.name} but the tensor is {t.dtype.name}")
+    for role, other in (("slice", s), ("offset", offset)):
+        shared = {id(v) for v in t.variables()} & {id(v) for v in other.variables()}
+        expect(not shared or not np.intersect1d(t.flat_ids(), other.flat_ids()).size,
+               GrucValueError, f"dynamic_update {role} shares elements with the updated tensor")
+    expect(not any(v.is_constant for v in t.variables()), GrucValueError,
+           "dynamic_update cannot write into a constant")
+    cs = graph.add_compute_set(name or "dynamic_update")
+    _add_column_vertices(graph, cs, "DynamicUpdate", offset, _columns(t, dims), "update",
+                         _columns(s, dims))
+    prog.add(Execute(cs))

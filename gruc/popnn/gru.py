@@ -1,0 +1,379 @@
+"""The GRU layer (port of poplibs' ``popnn::gru``): tensor creators and the forward pass.
+
+A GRU layer is a cell run at every step of a sequence by the generic RNN loop builder
+(:func:`gruc.ops.rnn.rnn`): sharded sequence tensors, one ``Repeat`` per shard, a cell built
+once.  The cell follows poplibs' device code:
+
+* **reset-before** (default; arXiv 1406.1078v3): one matmul ``[x, h] · W_ru`` for the reset and
+  update gates, the recurrent activation over both in one map, ``r ∘ h``, a second matmul
+  ``[x, r ∘ h] · W_c`` and the activation for the candidate;
+* **reset-after** (Keras ``reset_after``, PyTorch): ``x · W_i`` and ``h · W_h`` for all three gates,
+  the recurrent-side candidate ``c_rec = h W_h[c] + rb[c]`` is kept, ``c = φ(x W_i[c] + b[c] + r ∘ c_rec)``;
+* AUGRU: ``u ← (1 − a) u`` with one attention score per row and step;
+* ``h_t = c + u ∘ (h − c)``; inference updates the state in place.
+
+Training saves the intermediates ``[S, k, B, H]`` in the order r, u, c, (h_t), (c_rec).  With
+per-row lengths, padded steps write zeros (gates, candidate, output) and the state is latched —
+in inference too, where poplibs leaves the padded outputs unmasked (a documented deviation, see
+``docs/gru-deviations.md``).
+
+Weights are created the way the matmul plan wants them (``create_mat_mul_input_rhs``), so the
+per-step matmuls need no rearrangement; the user-facing tensors are views with the gates on dim 0
+in ``cell_order``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from gruc.errors import GrucShapeError, GrucValueError, expect
+from gruc.ir import expr as ex
+from gruc.ir.graph import Graph
+from gruc.ir.program import Copy, Sequence, WriteUndef
+from gruc.ir.tensor import Tensor, concat
+from gruc.ops.elementwise import map, map_in_place, map_with_output, zero
+from gruc.ops.matmul import create_mat_mul_input_rhs, mat_mul
+from gruc.ops.nonlinearity import NonLinearity, non_linearity_in_place
+from gruc.ops.rnn import (RnnSlice, StateSequence, TimeStep, create_input_tensor,
+                          create_output_tensor, create_recurrent_tensor, rnn)
+from gruc.ops.rnn import create_initial_state as create_rnn_state
+from gruc.ops.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
+                                   gru_flops_wu, gru_num_shards)
+from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
+                                   check_weights, from_internal_order, weights_in_order)
+
+OptionsLike = GruOptions | dict[str, Any] | None
+
+
+class ForwardResult(NamedTuple):
+    """``gru_fwd``'s result: the output and, when training, the saved intermediates."""
+
+    output: Tensor
+    intermediates: Tensor | None
+
+
+def num_shards(graph: Graph, params: GruParams, options: OptionsLike = None) -> int:
+    """The layer's time shards: the ``numShards`` option, else poplibs' heuristic."""
+    opts = GruOptions.parse(options)
+    return gru_num_shards(graph.target, params.rnn, output_full_sequence=params.output_full_sequence,
+                          reset_after=params.reset_after, requested=opts.num_shards)
+
+
+# ---- tensor creators --------------------------------------------------------------------------
+def create_input(graph: Graph, params: GruParams, name: str = "input",
+                 options: OptionsLike = None) -> Tensor:
+    """``[S, B, I]`` sharded over time."""
+    return create_input_tensor(graph, params.rnn, num_shards(graph, params, options), name)
+
+
+def create_initial_state(graph: Graph, params: GruParams, name: str = "initState",
+                         options: OptionsLike = None) -> Tensor:
+    """``[B, H]`` on the first shard's tiles."""
+    shards = num_shards(graph, params, options)
+    return create_rnn_state(graph, params.rnn, True, 1, shards, name).squeeze([0])
+
+
+def _unflatten_units(t: Tensor, units: int) -> Tensor:
+    """``[R, U*C]`` viewed as ``[U, R, C]`` (poplibs ``unflattenUnits``)."""
+    return t.reshape((t.dim(0), units, t.dim(1) // units)).dim_shuffle((1, 0, 2))
+
+
+def _flatten_units(t: Tensor) -> Tensor:
+    """``[U, R, C]`` viewed as ``[R, U*C]`` (poplibs ``flattenUnits``)."""
+    return t.dim_shuffle((1, 0, 2)).reshape((t.dim(1), t.dim(0) * t.dim(2)))
+
+
+def create_weights_kernel(graph: Graph, params: GruParams, name: str = "weights",
+                          options: OptionsLike = None) -> tuple[Tensor, Tensor]:
+    """``(input_weights [3,I,H], output_weights [3,H,H])`` in cell order, laid out for the matmuls."""
+    opts = GruOptions.parse(options)
+    mm = opts.matmul_options("INFERENCE_FWD" if opts.inference_only else "TRAINING_FWD")
+    i, h, b = params.input_size, params.hidden_size, params.batch_size
+    if params.reset_after:
+        w_in = create_mat_mul_input_rhs(graph, params.dtype, (b, i), (i, 3 * h), f"{name}/in", mm)
+        w_out = create_mat_mul_input_rhs(graph, params.dtype, (b, h), (h, 3 * h), f"{name}/out", mm)
+        inputs, outputs = _unflatten_units(w_in, 3), _unflatten_units(w_out, 3)
+    else:
+        w_ru = create_mat_mul_input_rhs(graph, params.dtype, (b, i + h), (i + h, 2 * h),
+                                        f"{name}/ru", mm)
+        w_c = create_mat_mul_input_rhs(graph, params.dtype, (b, i + h), (i + h, h), f"{name}/c", mm)
+        inputs = concat([_unflatten_units(w_ru[:i], 2), _unflatten_units(w_c[:i], 1)])
+        outputs = concat([_unflatten_units(w_ru[i:], 2), _unflatten_units(w_c[i:], 1)])
+    return (from_internal_order(inputs, params.cell_order),
+            from_internal_order(outputs, params.cell_order))
+
+
+def create_weights_biases(graph: Graph, params: GruParams, name: str = "biases",
+                          options: OptionsLike = None) -> Tensor:
+    """``[3, H]`` (or ``[3, 2, H]`` with reset-after) in cell order, mapped linearly."""
+    GruOptions.parse(options)
+    shape = (3, 2, params.hidden_size) if params.reset_after else (3, params.hidden_size)
+    biases = graph.add_variable(params.dtype, shape, name)
+    graph.map_tensor_linearly(biases)
+    return from_internal_order(biases, params.cell_order)
+
+
+def create_weights(graph: Graph, params: GruParams, name: str = "weights",
+                   options: OptionsLike = None) -> GruWeights:
+    inputs, outputs = create_weights_kernel(graph, params, name, options)
+    return GruWeights(inputs, outputs, create_weights_biases(graph, params, f"{name}/biases", options))
+
+
+def create_attention(graph: Graph, params: GruParams, name: str = "attention",
+                     options: OptionsLike = None) -> Tensor:
+    """``[B, S]`` attention scores (a view of a sharded ``[S, B, 1]`` tensor)."""
+    shards = num_shards(graph, params, options)
+    return create_recurrent_tensor(graph, params.rnn, 1, shards, name).squeeze([2]).transpose()
+
+
+def zero_initial_state(graph: Graph, init_state: Tensor, prog: Sequence, name: str = "") -> None:
+    zero(graph, init_state, prog, name or "zeroInitialState")
+
+
+# ---- the forward cell ---------------------------------------------------------------------------
+def _activation_expr(kind: Activation, x: ex.Expr) -> ex.Expr:
+    """The activation as an expression (softmax needs a reduction and is built separately)."""
+    if kind is Activation.TANH:
+        return ex.tanh(x)
+    if kind is Activation.SIGMOID:
+        return ex.sigmoid(x)
+    if kind is Activation.RELU:
+        return ex.relu(x)
+    return ex.clamp(x * ex.Const(0.2) + ex.Const(0.5), ex.Const(0.0), ex.Const(1.0))
+
+
+def _activate(graph: Graph, kind: Activation, expression: ex.Expr, operands: list[Tensor],
+              hidden: int, body: Sequence, name: str) -> Tensor:
+    """``kind(expression(operands))`` as a new ``[B, gates * H]`` tensor.
+
+    Softmax normalises each gate's ``H`` values separately, as the reference applies the
+    activation gate by gate.
+    """
+    if kind is Activation.SOFTMAX:
+        value = map(graph, expression, operands, body, name)
+        rows, width = value.shape
+        gates = value.reshape((rows, width // hidden, hidden))
+        non_linearity_in_place(graph, NonLinearity.SOFTMAX, gates, body, name)
+        return value
+    return map(graph, _activation_expr(kind, expression), operands, body, name)
+
+
+class _Weights(NamedTuple):
+    """The layer's weights as the cell's matmuls consume them (internal gate order)."""
+
+    ru: Tensor | None       # [I+H, 2H], reset-before
+    c: Tensor | None        # [I+H, H], reset-before
+    inputs: Tensor | None   # [I, 3H], reset-after
+    outputs: Tensor | None  # [H, 3H], reset-after
+    bias: Tensor            # [3H] input-side (or only) biases
+    recurrent_bias: Tensor | None  # [3H] reset-after recurrent-side biases
+
+
+def _internal_weights(params: GruParams, weights: GruWeights) -> _Weights:
+    internal = weights_in_order(weights, params.cell_order, to_internal=True)
+    if params.reset_after:
+        bias = internal.biases[:, 0].flatten()
+        return _Weights(None, None, _flatten_units(internal.input_weights),
+                        _flatten_units(internal.output_weights), bias,
+                        internal.biases[:, 1].flatten())
+    both = concat([internal.input_weights, internal.output_weights], 1)   # [3, I+H, H]
+    return _Weights(_flatten_units(both[0:2]), both[2], None, None,
+                    internal.biases.flatten(), None)
+
+
+class _Cell:
+    """Builds one step of the forward pass into a loop body."""
+
+    def __init__(self, graph: Graph, params: GruParams, weights: _Weights, options: GruOptions,
+                 training: bool, attention: bool, name: str) -> None:
+        self.graph = graph
+        self.params = params
+        self.w = weights
+        self.mm = options.matmul_options("TRAINING_FWD" if not options.inference_only or training
+                                         else "INFERENCE_FWD")
+        self.training = training
+        self.attention = attention
+        self.name = name
+
+    def __call__(self, graph: Graph, step: TimeStep, state: list[Tensor], slices: RnnSlice,
+                 created: list, body: Sequence) -> None:
+        params, h_size = self.params, self.params.hidden_size
+        h = state[0]
+        x = slices.inputs[0]
+        act, rec_act = params.activation, params.recurrent_activation
+        interim = slices.interim_out
+        n = self.name
+        if params.reset_after:
+            x_part = mat_mul(graph, x, self.w.inputs, body, options=self.mm, name=f"{n}/in")
+            h_part = mat_mul(graph, h, self.w.outputs, body, options=self.mm, name=f"{n}/rec")
+            bias_ru = self.w.bias[:2 * h_size]
+            rbias_ru = self.w.recurrent_bias[:2 * h_size]
+            gates = _activate(graph, rec_act, ex._1 + ex._2 + ex._3 + ex._4,
+                              [x_part[:, :2 * h_size], h_part[:, :2 * h_size], bias_ru, rbias_ru],
+                              h_size, body, f"{n}/gates")
+            candidate_recurrent = map(graph, ex._1 + ex._2,
+                                      [h_part[:, 2 * h_size:], self.w.recurrent_bias[2 * h_size:]],
+                                      body, f"{n}/c_rec")
+            reset, update = gates[:, :h_size], gates[:, h_size:]
+            self._attend(step, slices, update, body)
+            candidate = _activate(graph, act, ex._1 + ex._2 + ex._3 * ex._4,
+                                  [x_part[:, 2 * h_size:], self.w.bias[2 * h_size:], reset,
+                                   candidate_recurrent], h_size, body, f"{n}/candidate")
+        else:
+            xh = concat([x, h], 1)
+            ru = mat_mul(graph, xh, self.w.ru, body, options=self.mm, name=f"{n}/ru")
+            gates = _activate(graph, rec_act, ex._1 + ex._2, [ru, self.w.bias[:2 * h_size]],
+                              h_size, body, f"{n}/gates")
+            reset, update = gates[:, :h_size], gates[:, h_size:]
+            self._attend(step, slices, update, body)
+            reset_state = map(graph, ex._1 * ex._2, [reset, h], body, f"{n}/rh")
+            c_in = mat_mul(graph, concat([x, reset_state], 1), self.w.c, body, options=self.mm,
+                           name=f"{n}/c")
+            candidate = _activate(graph, act, ex._1 + ex._2, [c_in, self.w.bias[2 * h_size:]],
+                                  h_size, body, f"{n}/candidate")
+            candidate_recurrent = None
+        self._update(step, h, reset, update, candidate, candidate_recurrent, interim, slices, body)
+
+    def _attend(self, step: TimeStep, slices: RnnSlice, update: Tensor, body: Sequence) -> None:
+        if self.attention:
+            score = slices.inputs[1]  # [B, 1]
+            map_in_place(self.graph, ex._1 - ex._2 * ex._1, [update, score], body,
+                         f"{self.name}/attention")
+
+    def _update(self, step: TimeStep, h: Tensor, reset: Tensor, update: Tensor, candidate: Tensor,
+                candidate_recurrent: Tensor | None, interim: Tensor | None, slices: RnnSlice,
+                body: Sequence) -> None:
+        graph, params, n = self.graph, self.params, self.name
+        mask = None if step.mask is None else step.mask.expand([1])   # [B, 1]
+        if not self.training and mask is None and not slices.outputs:
+            map_in_place(graph, ex._3 + ex._2 * (ex._1 - ex._3), [h, update, candidate], body,
+                         f"{n}/state")
+            return
+        new_h = map(graph, ex._1 + ex._2 * (ex._3 - ex._1), [candidate, update, h], body,
+                    f"{n}/output")
+        if interim is not None:
+            saved = [reset, update, candidate]
+            if not params.output_full_sequence:
+                saved.append(new_h)
+            if candidate_recurrent is not None:
+                saved.append(candidate_recurrent)
+            for k, value in enumerate(saved):
+                if mask is None:
+                    body.add(Copy(value, interim[k]))
+                else:
+                    map_with_output(graph, ex._1 * ex._2, [value, mask], interim[k], body,
+                                    f"{n}/save{k}")
+        if slices.outputs:
+            map_with_output(graph, ex._1 * ex._2, [new_h, mask], slices.outputs[0], body,
+                            f"{n}/masked_output")
+        if mask is None:
+            body.add(Copy(new_h, h))
+        else:
+            map_in_place(graph, ex._2 * ex._3 + ex._1 * (ex.Const(1.0) - ex._3), [h, new_h, mask],
+                         body, f"{n}/latch")
+
+
+# ---- forward entry points -----------------------------------------------------------------------
+def _lengths_for(params: GruParams, real_time_steps: Tensor | None) -> GruParams:
+    if real_time_steps is None:
+        return params
+    expect(params.output_full_sequence, GrucValueError,
+           "The outputFullSequence should be true if realTimeSteps given")
+    expect(params.var_time_steps is None, GrucValueError,
+           "variable time steps is not supported when used with real time steps")
+    return params.with_lengths(real_time_steps)
+
+
+def _forward(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
+             weights: GruWeights, prog: Sequence, save_intermediates: bool,
+             real_time_steps: Tensor | None, attention: Tensor | None, name: str,
+             options: OptionsLike) -> ForwardResult:
+    opts = GruOptions.parse(options)
+    params = _lengths_for(params, real_time_steps)
+    s, b, i, h = params.max_time_steps, params.batch_size, params.input_size, params.hidden_size
+    expect(input.shape == (s, b, i), GrucShapeError,
+           f"GRU input has shape {list(input.shape)}, the layer needs {[s, b, i]}")
+    expect(init_state.shape == (b, h), GrucShapeError,
+           f"GRU initial state has shape {list(init_state.shape)}, the layer needs {[b, h]}")
+    check_weights(params, weights)
+    if attention is not None:
+        expect(attention.shape == (b, s), GrucShapeError,
+               f"AUGRU attention has shape {list(attention.shape)}, the layer needs {[b, s]}")
+    shards = num_shards(graph, params, opts)
+    rnn_params = params.rnn
+    name = name or "gru"
+    x = create_input_tensor(graph, rnn_params, shards, f"{name}/input")
+    prog.add(Copy(input, x))
+    inputs = [x]
+    if attention is not None:
+        scores = create_recurrent_tensor(graph, rnn_params, 1, shards, f"{name}/attention")
+        prog.add(Copy(attention.transpose().expand([2]), scores))
+        inputs.append(scores)
+    masked = params.rnn.batch_variable_time_steps
+    full = params.output_full_sequence
+    output_seq = create_output_tensor(graph, rnn_params, shards, f"{name}/output") if full else None
+    intermediates = None
+    if save_intermediates:
+        k = params.num_intermediates
+        intermediates = create_output_tensor(graph, rnn_params, shards, f"{name}/intermediates",
+                                             multiple=k).reshape((s, k, b, h))
+        if params.var_time_steps is not None:
+            zero(graph, intermediates, prog, f"{name}/zero_intermediates")
+        else:
+            prog.add(WriteUndef(intermediates))
+    state = create_rnn_state(graph, rnn_params, True, 1, shards, f"{name}/state").squeeze([0])
+    prog.add(Copy(init_state, state))
+    if output_seq is not None:
+        if params.var_time_steps is not None:
+            zero(graph, output_seq, prog, f"{name}/zero_output")
+        else:
+            prog.add(WriteUndef(output_seq))
+    cell = _Cell(graph, params, _internal_weights(params, weights), opts, save_intermediates,
+                 attention is not None, name)
+    final = rnn(graph, rnn_params, init_state=[state], inputs=inputs,
+                state_sequence=StateSequence(output_seq) if full and not masked else None,
+                outputs=[output_seq] if full and masked else [],
+                interim_out=intermediates, prog=prog, loop_fn=cell, num_shards=shards,
+                var_time_steps=params.var_time_steps,
+                code_reuse=opts.rnn_code_reuse if opts.rnn_code_reuse is not None
+                else code_reuse_default(shards), name=name)
+    return ForwardResult(output_seq if full else final[0], intermediates)
+
+
+def gru_fwd(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
+            weights: GruWeights, prog: Sequence, *, save_intermediates: bool = False,
+            real_time_steps: Tensor | None = None, name: str = "",
+            options: OptionsLike = None) -> ForwardResult:
+    """The GRU forward pass (poplibs ``gruFwd``): output ``[S,B,H]`` (or the last state
+    ``[B,H]``) and, with ``save_intermediates``, ``[S,k,B,H]`` for the backward pass."""
+    return _forward(graph, params, init_state, input, weights, prog, save_intermediates,
+                    real_time_steps, None, name, options)
+
+
+def au_gru_fwd(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
+               weights: GruWeights, prog: Sequence, att_scores: Tensor, *,
+               save_intermediates: bool = False, real_time_steps: Tensor | None = None,
+               name: str = "", options: OptionsLike = None) -> ForwardResult:
+    """The AUGRU forward pass (poplibs ``auGruFwd``): ``u ← (1 − a) u`` with ``a`` ``[B, S]``."""
+    return _forward(graph, params, init_state, input, weights, prog, save_intermediates,
+                    real_time_steps, att_scores, name or "augru", options)
+
+
+def get_basic_gru_cell_fwd_flops(params: GruParams) -> int:
+    return gru_flops_fwd(params.batch_size, params.max_time_steps, *params.layer_sizes)
+
+
+def get_basic_gru_cell_bwd_flops(params: GruParams) -> int:
+    return gru_flops_bwd(params.batch_size, params.max_time_steps, *params.layer_sizes,
+                         calc_input_gradients=params.calc_input_gradients)
+
+
+def get_basic_gru_cell_wu_flops(params: GruParams) -> int:
+    return gru_flops_wu(params.batch_size, params.max_time_steps, *params.layer_sizes)
+
+
+__all__ = ["GATES", "Activation", "GruParams", "GruOptions", "GruWeights", "ForwardResult",
+           "num_shards", "create_input", "create_initial_state", "create_weights_kernel",
+           "create_weights_biases", "create_weights", "create_attention", "zero_initial_state",
+           "gru_fwd", "au_gru_fwd", "get_basic_gru_cell_fwd_flops",
+           "get_basic_gru_cell_bwd_flops", "get_basic_gru_cell_wu_flops"]

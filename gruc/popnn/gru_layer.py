@@ -1,0 +1,232 @@
+"""The GRU layer as a whole program: what poplibs' ``gru_layer`` tool builds, runs and checks.
+
+:class:`GruLayerConfig` holds the tool's flags (sizes, type, phase, variants, target); 
+:func:`build_layer` builds the graph and programs for them; :func:`run_layer` writes poplibs'
+random host data, runs the layer on the simulated IPU and compares every output with the float64
+reference (:mod:`gruc.popnn.gru_reference`) using poplibs' ``checkIsClose`` rule.  The ``gruc gru``
+command, the tests and planning sweeps all go through here, so they build the same layer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from gruc.ir.graph import Graph
+from gruc.ir.program import Sequence
+from gruc.ir.tensor import Tensor
+from gruc.popnn import gru, gru_reference
+from gruc.popnn.gru_params import GruParams
+from gruc.runtime.engine import Engine
+from gruc.target import Target
+from gruc.types import UNSIGNED_INT, dtype_of
+from gruc.validated import GrucModel
+
+PHASES = ("fwd",)
+"""Phases this build supports (poplibs' ``--phase``)."""
+
+
+class GruLayerConfig(GrucModel):
+    """poplibs ``gru_layer`` flags, in snake_case."""
+
+    sequence_size: int = Field(20, ge=1, description="S, time steps.")
+    input_size: int = Field(64, ge=1, description="I, input features.")
+    output_size: int = Field(64, ge=1, description="H, hidden units.")
+    batch_size: int = Field(8, ge=1, description="B, batch rows.")
+    data_type: str = Field("float", description="half or float.")
+    phase: Literal["fwd", "bwd", "wu", "all"] = Field("fwd", description="What to build and run.")
+    reset_after: bool = False
+    cell_order: tuple[str, str, str] = ("reset", "update", "candidate")
+    activation: str = "tanh"
+    recurrent_activation: str = "sigmoid"
+    shards: int | None = Field(None, ge=1, description="numShards (default: poplibs' heuristic).")
+    code_reuse: bool | None = Field(None, description="rnnCodeReuse (default: shards > 15).")
+    with_attention: bool = Field(False, description="AUGRU.")
+    variable_time_steps: tuple[int, ...] | None = Field(
+        None, description="Lengths: one for all rows or one per row (params.var_time_steps).")
+    with_real_time_steps: bool = Field(False, description="Random per-row lengths (realTimeSteps).")
+    output_all_sequence: bool = Field(True, description="Output every step (else the last).")
+    ignore_input_gradient: bool = False
+    save_intermediates: bool = Field(
+        False, description="Training forward: save the intermediates and check them too.")
+    available_memory_proportion: float | None = Field(None, ge=0)
+    partials_type: str | None = None
+    tiles_per_ipu: int | None = Field(None, ge=1, description="Default: ipu2's 1472.")
+    ipus: int = Field(1, ge=1)
+    rel_tolerance: float | None = Field(None, ge=0)
+    abs_tolerance: float | None = Field(None, ge=0)
+    seed: int = 1002
+    backend: Literal["numba", "numpy"] = "numba"
+
+    @field_validator("data_type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        dtype = dtype_of(value)
+        if not dtype.is_float:
+            raise ValueError(f"data type {value!r} is not one of: half, float")
+        return dtype.name
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "GruLayerConfig":
+        if self.phase not in PHASES:
+            raise ValueError(f"phase {self.phase!r} is not built yet; phases: {', '.join(PHASES)}")
+        if self.variable_time_steps is not None:
+            if self.with_real_time_steps:
+                raise ValueError("variable time steps and real time steps are exclusive")
+            if len(self.variable_time_steps) not in (1, self.batch_size):
+                raise ValueError(f"variable time steps {list(self.variable_time_steps)} must give "
+                                 f"1 or batch-size ({self.batch_size}) lengths")
+            bad = [n for n in self.variable_time_steps if not 1 <= n <= self.sequence_size]
+            if bad:
+                raise ValueError(f"lengths {bad} are outside 1..{self.sequence_size}")
+        if self.with_real_time_steps and not self.output_all_sequence:
+            raise ValueError("The outputFullSequence should be true if realTimeSteps given")
+        return self
+
+    def target(self) -> Target:
+        if self.tiles_per_ipu is None:
+            return Target.ipu2(num_ipus=self.ipus)
+        return Target.custom(tiles_per_ipu=self.tiles_per_ipu, num_ipus=self.ipus)
+
+    def options(self) -> dict[str, Any]:
+        """poplibs GRU options: ``inferenceOnly`` always, the others only when given."""
+        result: dict[str, Any] = {"inferenceOnly": self.phase == "fwd"
+                                  and not self.save_intermediates}
+        for key, value in (("numShards", self.shards), ("rnnCodeReuse", self.code_reuse),
+                           ("availableMemoryProportion", self.available_memory_proportion),
+                           ("partialsType", self.partials_type)):
+            if value is not None:
+                result[key] = value
+        return result
+
+    def tolerances(self) -> tuple[float, float]:
+        rel, absolute = gru_reference.default_tolerances(self.data_type)
+        return (rel if self.rel_tolerance is None else self.rel_tolerance,
+                absolute if self.abs_tolerance is None else self.abs_tolerance)
+
+
+@dataclass
+class GruLayer:
+    """A built layer: its graph, programs, parameters and host-visible tensor names."""
+
+    config: GruLayerConfig
+    graph: Graph
+    programs: list[Sequence]
+    params: GruParams
+    num_shards: int
+    writes: dict[str, Tensor] = field(default_factory=dict)
+    reads: dict[str, Tensor] = field(default_factory=dict)
+
+
+def build_layer(config: GruLayerConfig) -> GruLayer:
+    """Build the layer's graph and its program (nothing compiled yet)."""
+    graph = Graph(config.target())
+    b, s = config.batch_size, config.sequence_size
+    lengths = None
+    if config.variable_time_steps is not None or config.with_real_time_steps:
+        count = b if config.with_real_time_steps else len(config.variable_time_steps)
+        lengths = graph.add_variable(UNSIGNED_INT, (count,), "lengths")
+        graph.set_tile_mapping(lengths, 0)
+    params = GruParams(
+        dtype=config.data_type, batch_size=b, max_time_steps=s,
+        layer_sizes=(config.input_size, config.output_size),
+        var_time_steps=lengths if config.variable_time_steps is not None else None,
+        output_full_sequence=config.output_all_sequence,
+        calc_input_gradients=not config.ignore_input_gradient, cell_order=config.cell_order,
+        reset_after=config.reset_after, activation=config.activation,
+        recurrent_activation=config.recurrent_activation)
+    options = config.options()
+    x = gru.create_input(graph, params, "input", options)
+    h0 = gru.create_initial_state(graph, params, "initState", options)
+    weights = gru.create_weights(graph, params, "weights", options)
+    prog = Sequence()
+    layer = GruLayer(config, graph, [prog], params, gru.num_shards(graph, params, options))
+    layer.writes.update({"input": x, "init_state": h0, "input_weights": weights.input_weights,
+                         "output_weights": weights.output_weights, "biases": weights.biases})
+    real = lengths if config.with_real_time_steps else None
+    if config.with_attention:
+        attention = gru.create_attention(graph, params, "attention", options)
+        layer.writes["attention"] = attention
+        result = gru.au_gru_fwd(graph, params, h0, x, weights, prog, attention,
+                                save_intermediates=config.save_intermediates,
+                                real_time_steps=real, options=options)
+    else:
+        result = gru.gru_fwd(graph, params, h0, x, weights, prog,
+                             save_intermediates=config.save_intermediates,
+                             real_time_steps=real, options=options)
+    if lengths is not None:
+        layer.writes["lengths"] = lengths
+    layer.reads["output"] = result.output
+    if result.intermediates is not None:
+        layer.reads["intermediates"] = result.intermediates
+    for name, tensor in layer.writes.items():
+        graph.create_host_write(name, tensor)
+    for name, tensor in layer.reads.items():
+        graph.create_host_read(name, tensor)
+    return layer
+
+
+@dataclass
+class LayerRun:
+    """What :func:`run_layer` measured and checked."""
+
+    layer: GruLayer
+    engine: Engine
+    outputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+    mismatches: dict[str, list[str]]
+    build_seconds: float
+    compile_seconds: float
+    run_seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return not any(self.mismatches.values())
+
+
+def host_data(config: GruLayerConfig) -> tuple[gru_reference.RandomInputs, np.ndarray | None]:
+    """poplibs' random host data for the layer, rounded to its type, and the lengths if any."""
+    data = gru_reference.random_inputs(
+        config.sequence_size, config.batch_size, config.input_size, config.output_size,
+        reset_after=config.reset_after, attention=config.with_attention,
+        output_full_sequence=config.output_all_sequence,
+        random_lengths=config.with_real_time_steps, round_to=config.data_type, seed=config.seed)
+    lengths = (np.asarray(config.variable_time_steps, dtype=np.int64)
+               if config.variable_time_steps is not None else data.lengths)
+    return data, lengths
+
+
+def run_layer(config: GruLayerConfig, layer: GruLayer | None = None) -> LayerRun:
+    """Build (unless given), compile, run and check the layer against the float64 reference."""
+    start = time.perf_counter()
+    layer = layer or build_layer(config)
+    built = time.perf_counter()
+    engine = Engine(layer.graph, layer.programs, backend=config.backend)
+    compiled = time.perf_counter()
+    data, lengths = host_data(config)
+    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
+              "output_weights": data.output_weights, "biases": data.biases,
+              "attention": data.attention, "lengths": lengths}
+    for name in layer.writes:
+        engine.write_tensor(name, values[name])
+    engine.run(0)
+    ran = time.perf_counter()
+    reference = gru_reference.forward(
+        data.x, data.h0, data.input_weights, data.output_weights, data.biases,
+        cell_order=config.cell_order, reset_after=config.reset_after,
+        activation=config.activation, recurrent_activation=config.recurrent_activation,
+        attention=data.attention, lengths=lengths,
+        output_full_sequence=config.output_all_sequence)
+    outputs = {name: engine.read_tensor(name) for name in layer.reads}
+    expected = {"output": reference.output, "intermediates": reference.intermediates}
+    rel, absolute = config.tolerances()
+    mismatches = {}
+    for name, value in outputs.items():
+        ok, lines = gru_reference.check_is_close(value, expected[name], rel, absolute, name=name)
+        mismatches[name] = [] if ok else lines
+    return LayerRun(layer, engine, outputs, expected, mismatches, built - start,
+                    compiled - built, ran - compiled)

@@ -1,0 +1,232 @@
+"""Reduction codelets (``Reduce``, ``ReduceUpdate``) on both engines, and their cycle estimate.
+
+numpy: the definition in :mod:`gruc.ir.codelets.reduce`, one ``ufunc.reduce`` per region.
+
+numba: one generated kernel per (op, input type, output type, update) that walks a table of
+regions.  Most regions are *affine* in memory (a region is a block of one tile's copy of a
+variable: element ``(j, k)`` sits at ``base + j*sj + k*sk``), and the kernel picks the loop order
+from the strides: a reduction over the batch axis (``sj == 1``: output slots are consecutive, the
+reduced elements a row apart) streams row after row into the accumulators, which LLVM vectorises;
+a reduction over the innermost dimension (``sk == 1``) sums one contiguous run per output slot.
+Regions that are not affine (concatenated partials) gather through per-element indices.  Vertices
+touching HALF data run on numpy, since numba cannot load float16 on a CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gruc.ir.codelets.reduce import Operation, accumulator_dtype, identity, operation_of
+from gruc.ir.graph import Vertex
+from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
+from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
+from gruc.runtime.kernels import load_kernel, numba_vertex
+from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.target import Target
+from gruc.types import FLOAT, HALF, INT, UNSIGNED_INT, DType
+
+_UFUNC = {Operation.ADD: np.add, Operation.SQUARE_ADD: np.add, Operation.MUL: np.multiply,
+          Operation.MAX: np.maximum, Operation.MIN: np.minimum}
+
+
+def _parts(vertex: LoweredVertex) -> tuple[Operand, tuple[Operand, ...], Operation, list[int],
+                                           float, bool]:
+    return (vertex.fields["out"], tuple(vertex.fields["ins"]), operation_of(vertex.params["op"]),
+            [int(o) for o in vertex.params["offsets"]], float(vertex.params["scale"]),
+            vertex.kind == "ReduceUpdate")
+
+
+# ---- numpy ------------------------------------------------------------------------------------
+@numpy_vertex("Reduce")
+@numpy_vertex("ReduceUpdate")
+def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
+    out, ins, op, offsets, scale, update = _parts(vertex)
+    size = len(out.index)
+    if not ins:
+        return lambda memory: None
+    in_dtype = ins[0].dtype
+    acc_type = accumulator_dtype(in_dtype).storage
+    ufunc = _UFUNC[op]
+    square = op is Operation.SQUARE_ADD
+    start = identity(op, in_dtype)
+    regions = [(offset, region.index.reshape(region.shape)) for offset, region in zip(offsets, ins)]
+    factor = acc_type.type(scale)
+
+    def run(memory: DeviceMemory) -> None:
+        source = memory.view(in_dtype)
+        acc = np.full(size, start, dtype=acc_type)
+        with np.errstate(all="ignore"):
+            for offset, index in regions:
+                values = source[index].astype(acc_type)
+                if square:
+                    values = values * values
+                n = index.shape[0]
+                acc[offset:offset + n] = ufunc(acc[offset:offset + n], ufunc.reduce(values, axis=1))
+            if scale != 1.0:
+                acc = acc * factor
+            target = memory.view(out.dtype)
+            if update:
+                acc = target[out.index].astype(acc_type) + acc
+            target[out.index] = acc.astype(out.dtype.storage)
+
+    return run
+
+
+# ---- numba ------------------------------------------------------------------------------------
+_NUMBA_TYPE = {FLOAT.name: "np.float32", INT.name: "np.int32", UNSIGNED_INT.name: "np.uint32"}
+_COMBINE = {Operation.ADD: "({0} + {1})", Operation.MUL: "({0} * {1})",
+            Operation.MAX: "({0} if {0} >= {1} or {0} != {0} else {1})",
+            Operation.MIN: "({0} if {0} <= {1} or {0} != {0} else {1})"}
+
+
+def _literal(value: float | int) -> str:
+    if isinstance(value, float) and np.isinf(value):
+        return "math.inf" if value > 0 else "-math.inf"
+    return repr(value)
+
+
+def kernel_source(op: Operation, in_dtype: DType, out_dtype: DType, update: bool) -> str:
+    """Source of ``kernel(src, dst, out_index, offsets, ns, ms, bases, sjs, sks, gstart, gidx,
+    scale)``: a region table walked as the module docstring says."""
+    acc = _NUMBA_TYPE[accumulator_dtype(in_dtype).name]
+    out = _NUMBA_TYPE[out_dtype.name]
+    start = f"{acc}({_literal(identity(op, in_dtype))})"
+    combine = _COMBINE[op.combine]
+    pre = "x * x" if op is Operation.SQUARE_ADD else "x"
+    # reassociation lets LLVM vectorise float sums and products; max/min keep strict semantics
+    fast = ', fastmath={"reassoc"}' if in_dtype.is_float and op is not Operation.MAX \
+        and op is not Operation.MIN else ""
+    body = [
+        "import math", "import numpy as np", "from numba import njit", "", "",
+        f'@njit(cache=True, nogil=True, error_model="numpy"{fast})',
+        "def kernel(src, dst, out_index, offsets, ns, ms, bases, sjs, sks, gstart, gidx, scale):",
+        "    size = out_index.shape[0]",
+        f"    acc = np.empty(size, dtype={acc})",
+        "    for i in range(size):",
+        f"        acc[i] = {start}",
+        "    for b in range(offsets.shape[0]):",
+        "        off = offsets[b]",
+        "        n = ns[b]",
+        "        m = ms[b]",
+        "        g = gstart[b]",
+        "        if g < 0:",
+        "            base = bases[b]",
+        "            sj = sjs[b]",
+        "            sk = sks[b]",
+        "            if sj == 1 and n > 1:",
+        "                a = acc[off:off + n]",
+        "                for k in range(m):",
+        "                    row = src[base + k * sk:base + k * sk + n]",
+        "                    for j in range(n):",
+        f"                        x = {acc}(row[j])",
+        f"                        x = {pre}",
+        f"                        a[j] = {combine.format('a[j]', 'x')}",
+        "            elif sk == 1:",
+        "                for j in range(n):",
+        "                    p = base + j * sj",
+        "                    run = src[p:p + m]",
+        f"                    s = {start}",
+        "                    for k in range(m):",
+        f"                        x = {acc}(run[k])",
+        f"                        x = {pre}",
+        f"                        s = {combine.format('s', 'x')}",
+        f"                    acc[off + j] = {combine.format('acc[off + j]', 's')}",
+        "            else:",
+        "                for j in range(n):",
+        "                    p = base + j * sj",
+        f"                    s = {start}",
+        "                    for k in range(m):",
+        f"                        x = {acc}(src[p + k * sk])",
+        f"                        x = {pre}",
+        f"                        s = {combine.format('s', 'x')}",
+        f"                    acc[off + j] = {combine.format('acc[off + j]', 's')}",
+        "        else:",
+        "            for j in range(n):",
+        f"                s = {start}",
+        "                for k in range(m):",
+        f"                    x = {acc}(src[gidx[g + j * m + k]])",
+        f"                    x = {pre}",
+        f"                    s = {combine.format('s', 'x')}",
+        f"                acc[off + j] = {combine.format('acc[off + j]', 's')}",
+        "    for i in range(size):",
+        "        r = acc[i]" + (f" * {acc}(scale)" if in_dtype.is_float else ""),
+        *([f"        r = {acc}(dst[out_index[i]]) + r"] if update else []),
+        f"        dst[out_index[i]] = {out}(r)",
+        "",
+    ]
+    return "\n".join(body)
+
+
+def _affine(index: np.ndarray) -> tuple[int, int, int] | None:
+    """``(base, sj, sk)`` if ``index[j, k] == base + j*sj + k*sk`` for the whole region."""
+    n, m = index.shape
+    base = int(index[0, 0])
+    sj = int(index[1, 0]) - base if n > 1 else 0
+    sk = int(index[0, 1]) - base if m > 1 else 0
+    expected = base + np.arange(n, dtype=np.int64)[:, None] * sj + np.arange(m, dtype=np.int64) * sk
+    return (base, sj, sk) if np.array_equal(index, expected) else None
+
+
+def region_table(offsets: list[int], ins: tuple[Operand, ...]) -> tuple[np.ndarray, ...]:
+    """The kernel's region arrays: offsets, ns, ms, bases, sjs, sks, gstart, gidx."""
+    count = len(ins)
+    table = {key: np.zeros(count, dtype=np.int64) for key in
+             ("offsets", "ns", "ms", "bases", "sjs", "sks", "gstart")}
+    gathered: list[np.ndarray] = []
+    used = 0
+    for b, (offset, region) in enumerate(zip(offsets, ins)):
+        n, m = region.shape
+        index = region.index.reshape(n, m)
+        table["offsets"][b], table["ns"][b], table["ms"][b] = offset, n, m
+        affine = _affine(index) if n * m else (0, 0, 0)
+        if affine is None:
+            table["gstart"][b] = used
+            gathered.append(index.reshape(-1))
+            used += n * m
+        else:
+            table["gstart"][b] = -1
+            table["bases"][b], table["sjs"][b], table["sks"][b] = affine
+    gidx = np.concatenate(gathered) if gathered else np.zeros(1, dtype=np.int64)
+    return (table["offsets"], table["ns"], table["ms"], table["bases"], table["sjs"],
+            table["sks"], table["gstart"], gidx.astype(np.int64))
+
+
+@numba_vertex("Reduce")
+@numba_vertex("ReduceUpdate")
+def _numba_reduce(vertex: LoweredVertex) -> Prepared:
+    out, ins, op, offsets, scale, update = _parts(vertex)
+    if not ins or out.dtype is HALF or ins[0].dtype is HALF:
+        return NUMPY_VERTICES[vertex.kind](vertex)
+    in_dtype = ins[0].dtype
+    kernel = load_kernel(kernel_source(op, in_dtype, out.dtype, update))
+    tables = region_table(offsets, ins)
+    out_index = out.index
+
+    def run(memory: DeviceMemory) -> None:
+        kernel(memory.view(in_dtype), memory.view(out.dtype), out_index, *tables, scale)
+
+    return run
+
+
+# ---- cycles -----------------------------------------------------------------------------------
+REGION_OVERHEAD_CYCLES = 8
+"""Cycles to set up one region (pointers, counts) before its inner loop."""
+
+
+@cycle_estimator("Reduce")
+@cycle_estimator("ReduceUpdate")
+def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
+    """Overhead, a set-up per region, one vector operation per vector of region elements (two for
+    ``square_add``), and a store (plus a load for the update) per vector of outputs."""
+    cycles = np.zeros_like(elements)
+    ins = vertex.fields["ins"]
+    if vertex.tile is None or not ins:
+        return cycles
+    width = target.vector_width(ins[0].dtype)
+    per_vector = 2 if operation_of(vertex.params["op"]) is Operation.SQUARE_ADD else 1
+    work = sum(-(-t.num_elements // width) for t in ins) * per_vector
+    out = vertex.fields["out"]
+    stores = -(-out.num_elements // target.vector_width(out.dtype))
+    stores *= 2 if vertex.kind.name == "ReduceUpdate" else 1
+    cycles[vertex.tile] = VERTEX_OVERHEAD_CYCLES + REGION_OVERHEAD_CYCLES * len(ins) + work + stores
+    return cycles

@@ -1,0 +1,185 @@
+"""dynamic_slice / dynamic_update: numpy's answers on both engines, poplibs' out-of-range and
+wrap-around rules, one vertex per tile of columns, and exchange only for the offset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gruc import (FLOAT, HALF, INT, UNSIGNED_INT, Engine, Execute, Graph, GrucIndexError,
+                  GrucShapeError, GrucTypeError, GrucValueError, Sequence, Target)
+from gruc.ir.mapping import TileMapping
+from gruc.ops import dynamic_slice, dynamic_update
+
+T8 = Target.custom(tiles_per_ipu=8)
+BACKENDS = ["numpy", "numba"]
+
+
+def window_rows(shape, dims, sizes, offsets):
+    """numpy's index of the window: ``(offset + i) mod n`` on the sliced dims, all elsewhere."""
+    index = [np.arange(n) for n in shape]
+    for d, s, o in zip(dims, sizes, offsets):
+        index[d] = (o + np.arange(s)) % shape[d]
+    return np.ix_(*index)
+
+
+def in_range(shape, dims, offsets):
+    return all(0 <= o < shape[d] for d, o in zip(dims, offsets))
+
+
+def build(shape, dims, sizes, offset_type=INT, dtype=FLOAT, element_tiles=None, target=T8):
+    """A graph slicing and updating ``t``; ``t`` is mapped per ``element_tiles`` or linearly."""
+    g = Graph(target)
+    t = g.add_variable(dtype, shape, "t")
+    if element_tiles is None:
+        g.map_tensor_linearly(t, min_elements_per_tile=1, grain_size=1)
+    else:
+        g.set_tile_mapping(t, TileMapping.from_element_tiles(np.asarray(element_tiles)))
+    offset = g.add_variable(offset_type, (len(dims),), "offset")
+    g.set_tile_mapping(offset, 0)
+    window_shape = list(shape)
+    for d, s in zip(dims, sizes):
+        window_shape[d] = s
+    s = g.add_variable(dtype, window_shape, "s")
+    g.map_tensor_linearly(s)
+    prog = Sequence()
+    out = dynamic_slice(g, t, offset, dims, sizes, prog, "slice")
+    dynamic_update(g, t, s, offset, dims, sizes, prog, "update")
+    for name, tensor in {"t": t, "offset": offset, "s": s, "out": out}.items():
+        g.create_host_write(name, tensor)
+    g.create_host_read("out", out)
+    g.create_host_read("t", t)
+    return g, prog
+
+
+def run(g, prog, backend, values):
+    engine = Engine(g, prog, backend=backend)
+    for name, value in values.items():
+        engine.write_tensor(name, value)
+    engine.run(0)
+    return engine, engine.read_tensor("out"), engine.read_tensor("t")
+
+
+def check(shape, dims, sizes, offsets, backend, rng, dtype=FLOAT, **build_args):
+    g, prog = build(shape, dims, sizes, dtype=dtype, **build_args)
+    window = window_rows(shape, dims, sizes, offsets)
+    tv = rng.uniform(-1, 1, shape).astype(dtype.storage)
+    sv = rng.uniform(2, 3, np.empty(shape)[window].shape).astype(dtype.storage)
+    before = np.full(sv.shape, -7.0, dtype.storage)  # what an unwritten slice result keeps
+    _, out, t_after = run(g, prog, backend, {"t": tv, "offset": np.array(offsets), "s": sv,
+                                             "out": before})
+    expected_t = tv.copy()
+    if in_range(shape, dims, offsets):
+        np.testing.assert_array_equal(out, tv[window])
+        expected_t[window] = sv
+    else:
+        np.testing.assert_array_equal(out, before)
+    np.testing.assert_array_equal(t_after, expected_t)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, dims, sizes, offsets", [
+    ((6, 3, 4), [0], [1], [4]),                 # one time step of a sequence
+    ((6, 3, 4), [0], [2], [5]),                 # two rows wrapping from the last to the first
+    ((5, 3, 4), [0, 2], [2, 3], [4, 2]),        # two dims, both wrapping
+    ((3, 5), [1], [5], [3]),                    # a full-size window: a rotation
+    ((6, 3, 4), [0], [1], [6]),                 # out of range: nothing happens
+    ((5, 3, 4), [2, 0], [1, 2], [1, 9]),        # one of two offsets out of range
+    ((6, 3, 4), [0], [1], [-1]),                # negative int offsets are out of range
+])
+def test_slice_and_update_match_numpy(backend, shape, dims, sizes, offsets, rng):
+    check(shape, dims, sizes, offsets, backend, rng)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unsigned_offsets_and_half_data(backend, rng):
+    check((4, 2, 6), [0, 1], [3, 1], [2, 1], backend, rng, offset_type=UNSIGNED_INT, dtype=HALF)
+    check((4, 2, 6), [0], [1], [4], backend, rng, offset_type=UNSIGNED_INT, dtype=HALF)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_random_windows_and_mappings_match_numpy(data):
+    rank = data.draw(st.integers(1, 3), label="rank")
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank),
+                            label="shape"))
+    dims = data.draw(st.permutations(range(rank)), label="order")[:data.draw(st.integers(1, rank))]
+    sizes = [data.draw(st.integers(1, shape[d])) for d in dims]
+    offsets = [data.draw(st.integers(-1, shape[d] + 1)) for d in dims]
+    count = int(np.prod(shape))
+    tiles = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 7), min_size=count,
+                                                     max_size=count)), label="tiles")
+    check(shape, dims, sizes, offsets, "numpy", np.random.default_rng(0), element_tiles=tiles)
+
+
+def test_slice_result_is_mapped_like_the_window_at_offset_zero_with_one_vertex_per_tile():
+    g = Graph(T8)
+    t = g.add_variable(FLOAT, (10, 2, 4), "seq")
+    # time-major per tile: every row of each column on the same tile (row b -> tile 3 + b)
+    g.set_tile_mapping(t, TileMapping.from_element_tiles(np.repeat([3, 4], 4)[None].repeat(10, 0)))
+    counter = g.add_variable(UNSIGNED_INT, (1,), "counter")
+    g.set_tile_mapping(counter, 0)
+    prog = Sequence()
+    out = dynamic_slice(g, t, counter, [0], [1], prog)
+    assert out.shape == (1, 2, 4)
+    assert g.get_tile_mapping(out) == g.get_tile_mapping(t[0:1])
+    (cs,) = g.compute_sets
+    assert sorted(v.tile for v in cs.vertices) == [3, 4]
+    assert [v.fields["base"].shape for v in cs.vertices] == [(10, 4), (10, 4)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_step_of_a_time_major_sequence_exchanges_only_the_offset(backend):
+    g = Graph(T8)
+    t = g.add_variable(FLOAT, (10, 2, 4), "seq")
+    g.set_tile_mapping(t, TileMapping.from_element_tiles(np.repeat([3, 4], 4)[None].repeat(10, 0)))
+    counter = g.add_variable(UNSIGNED_INT, (1,), "counter")
+    g.set_tile_mapping(counter, 0)
+    prog = Sequence()
+    row = dynamic_slice(g, t, counter, [0], [1], prog)
+    dynamic_update(g, t, row, counter, [0], [1], prog)
+    g.create_host_write("seq", t)
+    g.create_host_write("counter", counter)
+    engine = Engine(g, prog, backend=backend)
+    engine.write_tensor("counter", np.array([7]))
+    engine.run(0)
+    offset_bytes = 2 * 4  # the 4-byte counter, to each of the two tiles
+    assert engine.report.exchange_bytes == 2 * offset_bytes
+    for cost in engine.costs:
+        assert cost.compute_cycles > 0
+        assert set(np.flatnonzero(cost.compute_by_tile).tolist()) == {3, 4}
+
+
+def test_builders_reject_bad_requests():
+    g = Graph(T8)
+    t = g.add_variable(FLOAT, (4, 3), "t")
+    g.map_tensor_linearly(t)
+    offset = g.add_variable(INT, (1,), "offset")
+    g.set_tile_mapping(offset, 0)
+    two = g.add_variable(INT, (2,), "two")
+    g.set_tile_mapping(two, 0)
+    floats = g.add_variable(FLOAT, (1,), "floats")
+    g.set_tile_mapping(floats, 0)
+    unmapped = g.add_variable(FLOAT, (4, 3), "unmapped")
+    prog = Sequence()
+    cases = [
+        (lambda: dynamic_slice(g, t, offset, [2], [1], prog), GrucIndexError, "dim 2"),
+        (lambda: dynamic_slice(g, t, offset, [0], [5], prog), GrucValueError, "within 1..4"),
+        (lambda: dynamic_slice(g, t, offset, [0], [0], prog), GrucValueError, "within 1..4"),
+        (lambda: dynamic_slice(g, t, offset, [0, 0], [1, 1], prog), GrucValueError, "repeat"),
+        (lambda: dynamic_slice(g, t, offset, [0], [1, 1], prog), GrucValueError, "one size"),
+        (lambda: dynamic_slice(g, t, offset, [], [], prog), GrucValueError, "at least one"),
+        (lambda: dynamic_slice(g, t, floats, [0], [1], prog), GrucTypeError, "int"),
+        (lambda: dynamic_slice(g, t, two, [0], [1], prog), GrucShapeError, "one element"),
+        (lambda: dynamic_slice(g, unmapped, offset, [0], [1], prog), GrucValueError, "mapped"),
+        (lambda: dynamic_update(g, t, t[0:2], offset, [0], [1], prog), GrucShapeError, "[1, 3]"),
+        (lambda: dynamic_update(g, t, t[1:2], offset, [0], [1], prog), GrucValueError, "shares"),
+        (lambda: dynamic_update(g, t, unmapped[0:1].reshape([1, 3]).slice(0, 1, 0), floats,
+                                [0], [1], prog), GrucTypeError, "int"),
+    ]
+    for call, error, words in cases:
+        with pytest.raises(error, match=words.replace("[", r"\[").replace("]", r"\]")):
+            call()
+    assert not any(isinstance(p, Execute) for p in prog.programs)

@@ -1,0 +1,424 @@
+"""Planned matrix products (SPEC D5): numbers against a float64 oracle on both engines, the plan's
+temporaries and exchange in the report, layouts, options and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gruc import (FLOAT, HALF, INT, Engine, Graph, GrucError, GrucOptionError, GrucShapeError,
+                  GrucTypeError, GrucValueError, Module, Sequence, Target)
+from gruc.ir.codelets.matmul import Blocking, block_tiles
+from gruc.ir.parser import parse_module
+from gruc.ir.printer import print_module
+from gruc.ops import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul, mat_mul_acc,
+                      plan_mat_mul, pre_arrange_mat_mul_input_rhs)
+from gruc.ops.matmul import MatMulOptions, matmul_options, spread_tiles
+
+T16 = Target.custom(tiles_per_ipu=16)
+BACKENDS = ["numpy", "numba"]
+
+
+def linear(graph, dtype, shape, name):
+    t = graph.add_variable(dtype, shape, name)
+    graph.map_tensor_linearly(t)
+    return t
+
+
+def run(graph, prog, writes, reads, backend):
+    for name, (tensor, _) in writes.items():
+        graph.create_host_write(name, tensor)
+    for name, tensor in reads.items():
+        graph.create_host_read(name, tensor)
+    engine = Engine(graph, prog, backend=backend)
+    for name, (_, value) in writes.items():
+        engine.write_tensor(name, value)
+    engine.run()
+    return engine, {name: engine.read_tensor(name) for name in reads}
+
+
+def values(rng, shape, dtype=np.float32):
+    return rng.uniform(-1, 1, shape).astype(dtype)
+
+
+def oracle(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+# ---- numbers ----------------------------------------------------------------------------------
+@settings(max_examples=25)
+@given(g=st.sampled_from([None, 1, 3]), m=st.integers(1, 12), k=st.integers(1, 40),
+       n=st.integers(1, 30), tiles=st.sampled_from([1, 5, 16]),
+       layout=st.sampled_from(["linear", "planned", "one_tile"]),
+       proportion=st.sampled_from([0.6, 0.002]), seed=st.integers(0, 2**16))
+def test_matmul_equals_numpy_for_any_shape(g, m, k, n, tiles, layout, proportion, seed):
+    """numpy engine, hypothesis shapes: blocks of every size (short last blocks, k split or not,
+    serial slices when the memory budget is tiny), operands in any layout."""
+    graph = Graph(Target.custom(tiles_per_ipu=tiles))
+    a_shape, b_shape = ((m, k), (k, n)) if g is None else ((g, m, k), (g, k, n))
+    options = {"availableMemoryProportion": proportion}
+    if layout == "planned":
+        a = create_mat_mul_input_lhs(graph, FLOAT, a_shape, b_shape, "a", options)
+        b = create_mat_mul_input_rhs(graph, FLOAT, a_shape, b_shape, "b", options)
+    else:
+        a, b = graph.add_variable(FLOAT, a_shape, "a"), graph.add_variable(FLOAT, b_shape, "b")
+        for t in (a, b):
+            graph.map_tensor_linearly(t) if layout == "linear" else graph.set_tile_mapping(t, 0)
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog, options=options, name="c")
+    rng = np.random.default_rng(seed)
+    av, bv = values(rng, a_shape), values(rng, b_shape)
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, "numpy")
+    assert c.shape == oracle(av, bv).shape
+    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("m, k, n, tiles", [(4, 78, 76, 16), (13, 57, 31, 20), (1, 1, 1, 16),
+                                            (40, 300, 90, 16), (64, 512, 768, 1472)])
+def test_fixed_shapes_on_both_engines(backend, m, k, n, tiles, rng):
+    graph = Graph(Target.ipu2() if tiles == 1472 else Target.custom(tiles_per_ipu=tiles))
+    a = create_mat_mul_input_lhs(graph, FLOAT, (m, k), (k, n), "a")
+    b = create_mat_mul_input_rhs(graph, FLOAT, (m, k), (k, n), "b")
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog)
+    av, bv = values(rng, (m, k)), values(rng, (k, n))
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)
+    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_contiguous_views_as_operands(backend, rng):
+    """Transposes, strided slices and reversed views read through the same vertex."""
+    graph = Graph(T16)
+    at = linear(graph, FLOAT, (37, 9), "at")           # A = at^T: [9, 37]
+    big = linear(graph, FLOAT, (50, 60), "big")         # B = big[3:40, 10:58:2]: [37, 24]
+    w = linear(graph, FLOAT, (24, 37), "w")             # second product: B = w^T reversed rows
+    prog = Sequence()
+    a = at.transpose()
+    b = big[3:40, 10:58:2]
+    c1 = mat_mul(graph, a, b, prog, name="c1")
+    c2 = mat_mul(graph, a[::-1], w.transpose(), prog, name="c2")
+    atv, bigv, wv = values(rng, (37, 9)), values(rng, (50, 60)), values(rng, (24, 37))
+    _, out = run(graph, prog, {"at": (at, atv), "big": (big, bigv), "w": (w, wv)},
+                 {"c1": c1, "c2": c2}, backend)
+    np.testing.assert_allclose(out["c1"], oracle(atv.T, bigv[3:40, 10:58:2]), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(out["c2"], oracle(atv.T[::-1], wv.T), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grouped_matmul(backend, rng):
+    graph = Graph(T16)
+    a = create_mat_mul_input_lhs(graph, FLOAT, (3, 5, 20), (3, 20, 7), "a")
+    b = linear(graph, FLOAT, (3, 20, 7), "b")
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog)
+    assert c.shape == (3, 5, 7)
+    av, bv = values(rng, (3, 5, 20)), values(rng, (3, 20, 7))
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)
+    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mat_mul_acc_with_float_and_tensor_factor(backend, rng):
+    graph = Graph(T16)
+    a, b = linear(graph, FLOAT, (6, 50), "a"), linear(graph, FLOAT, (50, 33), "b")
+    c = linear(graph, FLOAT, (6, 33), "c")
+    d = graph.add_variable(FLOAT, (33, 50), "d")
+    graph.set_tile_mapping(d, 2)                                # C on one tile: partials travel
+    k = graph.add_variable(FLOAT, (1,), "k")
+    graph.set_tile_mapping(k, 5)
+    prog = Sequence()
+    mat_mul_acc(graph, c, -0.5, a, b, prog)                       # c += -0.5 a b
+    mat_mul_acc(graph, d, k, c.transpose(), a, prog)              # d += k c^T a
+    av, bv, cv, dv = (values(rng, s) for s in ((6, 50), (50, 33), (6, 33), (33, 50)))
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv), "c": (c, cv), "d": (d, dv),
+                               "k": (k, np.array([1.5], np.float32))}, {"c": c, "d": d}, backend)
+    c_new = cv - 0.5 * oracle(av, bv)
+    np.testing.assert_allclose(out["c"], c_new, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["d"], dv + 1.5 * oracle(c_new.T, av), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("partials", ["float", "half"])
+def test_half_inputs(backend, partials, rng):
+    """Half operands, float or half partials; products summed in float32, rounded once."""
+    graph = Graph(T16)
+    options = {"partialsType": partials}
+    a = create_mat_mul_input_lhs(graph, HALF, (8, 96), (96, 40), "a", options)
+    b = create_mat_mul_input_rhs(graph, HALF, (8, 96), (96, 40), "b", options)
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog, options=options)
+    c32 = mat_mul(graph, a, b, prog, out_type=FLOAT, options=options, name="c32")
+    assert c.dtype is HALF and c32.dtype is FLOAT
+    av, bv = values(rng, (8, 96), np.float16), values(rng, (96, 40), np.float16)
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c, "c32": c32}, backend)
+    exact = oracle(av, bv)
+    np.testing.assert_allclose(out["c32"], exact, rtol=1e-5, atol=1e-4 if partials == "float"
+                               else 3e-2)
+    np.testing.assert_allclose(out["c"].astype(np.float64), exact, rtol=2e-3, atol=3e-2)
+
+
+def test_engines_agree(rng):
+    """Same sums, possibly in another order (BLAS vs per-block products): float32 rounding apart."""
+    results = []
+    for backend in BACKENDS:
+        graph = Graph(T16)
+        a, b = linear(graph, FLOAT, (10, 200), "a"), linear(graph, FLOAT, (200, 60), "b")
+        prog = Sequence()
+        c = mat_mul(graph, a, b, prog)
+        av, bv = values(np.random.default_rng(7), (10, 200)), values(np.random.default_rng(8),
+                                                                      (200, 60))
+        results.append(run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)[1]["c"])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+# ---- layouts ----------------------------------------------------------------------------------
+def test_create_rhs_spreads_each_block_over_its_users():
+    graph = Graph(T16)
+    plan = plan_mat_mul(graph.target, FLOAT, (8, 64), (64, 48))
+    b = create_mat_mul_input_rhs(graph, FLOAT, (8, 64), (64, 48), "b")
+    a = create_mat_mul_input_lhs(graph, FLOAT, (8, 64), (64, 48), "a")
+    geometry = plan.blocking(plan.slice_width)
+    tiles = graph.element_tiles(b).reshape(64, 48)
+    gb, mb, kb, nb = geometry.block
+    grid = np.arange(geometry.num_blocks).reshape(geometry.counts)
+    for ik in range(geometry.k.count):
+        for in_ in range(geometry.n.count):
+            block = tiles[ik * kb:(ik + 1) * kb, in_ * nb:(in_ + 1) * nb]
+            users = set(grid[0, ik, :, in_].tolist())       # the tiles that multiply this block
+            assert set(np.unique(block).tolist()) <= users
+    assert np.array_equal(graph.element_tiles(a), spread_tiles(geometry, "gmk").reshape(-1))
+    # laid out as planned, a product exchanges only the broadcast of each block to its other users
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    prog = Sequence()
+    mat_mul(graph, a, b, prog)
+    engine = Engine(graph, prog)
+    partials_step = engine.costs[0]
+    counts = geometry.counts
+    expected = 0
+    for ig, ik, im, in_ in np.ndindex(*counts):
+        tile = grid[ig, ik, im, in_]
+        a_block = graph.element_tiles(a).reshape(8, 64)[im * mb:(im + 1) * mb, ik * kb:(ik + 1) * kb]
+        b_block = tiles[ik * kb:(ik + 1) * kb, in_ * nb:(in_ + 1) * nb]
+        expected += 4 * (int(np.sum(a_block != tile)) + int(np.sum(b_block != tile)))
+    assert partials_step.exchange_bytes == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pre_arranged_rhs(backend, rng):
+    graph = Graph(T16)
+    options = {"fullyConnectedPass": "TRAINING_BWD"}
+    w = linear(graph, FLOAT, (30, 70), "w")                    # used as w^T: [70, 30]
+    x = linear(graph, FLOAT, (5, 70), "x")
+    prog = Sequence()
+    arranged = pre_arrange_mat_mul_input_rhs(graph, (5, 70), w.transpose(), prog, options)
+    assert arranged.shape == (70, 30)
+    body = Sequence()
+    y = mat_mul(graph, x, arranged, body, options={**options, "inputRHSIsPreArranged": True})
+    prog.add(body)
+    # the pre-arranged layout is the one the product wants: no exchange beyond the broadcasts
+    plan = plan_mat_mul(graph.target, FLOAT, (5, 70), (70, 30), options)
+    geometry = plan.blocking(plan.slice_width)
+    assert np.array_equal(graph.element_tiles(arranged), spread_tiles(geometry, "gkn").reshape(-1))
+    xv, wv = values(rng, (5, 70)), values(rng, (30, 70))
+    _, out = run(graph, prog, {"x": (x, xv), "w": (w, wv)}, {"y": y}, backend)
+    np.testing.assert_allclose(out["y"], oracle(xv, wv.T), rtol=1e-5, atol=1e-5)
+    with pytest.raises(GrucValueError, match="inputRHSIsPreArranged"):
+        mat_mul(graph, x, w.transpose(), Sequence(), options={"inputRHSIsPreArranged": True})
+
+
+# ---- plan, memory and report ------------------------------------------------------------------
+def test_available_memory_proportion_bounds_the_temporaries_on_ipu2():
+    """[64, 512] x [512, 768] on ipu2: a smaller proportion gives a plan with fewer temporary bytes
+    per tile (smaller blocks, then serial slices), and the memory plan shows it."""
+    peaks, plans = {}, {}
+    target = Target.ipu2()
+    for proportion in (0.6, 0.01, 0.003):
+        graph = Graph(target)
+        options = {"availableMemoryProportion": proportion}
+        a = create_mat_mul_input_lhs(graph, FLOAT, (64, 512), (512, 768), "a", options)
+        b = create_mat_mul_input_rhs(graph, FLOAT, (64, 512), (512, 768), "b", options)
+        graph.create_host_write("a", a)
+        graph.create_host_write("b", b)
+        prog = Sequence()
+        c = mat_mul(graph, a, b, prog, options=options, name="c")
+        graph.create_host_read("c", c)
+        engine = Engine(graph, prog)
+        plan = plan_mat_mul(target, FLOAT, (64, 512), (512, 768), options)
+        # a, b and c are host-visible (always live): the not-always-live bytes are the temporaries
+        peaks[proportion] = int(engine.report.not_always_live_max_bytes.max())
+        plans[proportion] = plan
+        assert plan.fits and peaks[proportion] <= proportion * target.bytes_per_tile
+        assert peaks[proportion] == plan.temporary_bytes
+    assert peaks[0.003] < peaks[0.01] < peaks[0.6]
+    assert plans[0.6].serial == 1 and plans[0.003].serial > plans[0.01].serial > 1
+    assert plans[0.6].cycles < plans[0.01].cycles < plans[0.003].cycles  # memory costs cycles
+
+
+def test_report_shows_exchange_and_temporaries():
+    """Operands all on tile 0: every other tile receives its whole a and b blocks, and the
+    partials of every output element not computed on its tile travel to it."""
+    graph = Graph(T16)
+    a, b = graph.add_variable(FLOAT, (12, 90), "a"), graph.add_variable(FLOAT, (90, 40), "b")
+    graph.set_tile_mapping(a, 0)
+    graph.set_tile_mapping(b, 0)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog, name="c")
+    graph.create_host_read("c", c)
+    engine = Engine(graph, prog)
+    engine.run()
+    plan = plan_mat_mul(graph.target, FLOAT, (12, 90), (90, 40))
+    geometry = Blocking.of(plan.shape, plan.block)
+    assert not plan.direct and geometry.k.count > 1
+    gb, kb, mb, nb = (d.reshape(-1) for d in geometry.block_dims())
+    sizes = gb * kb * (mb + nb)
+    operand_bytes = 4 * int(sizes[1:].sum())                    # block 0 is on tile 0
+    out_tiles = graph.element_tiles(c).reshape(12, 40)
+    vertex = graph.compute_sets[0].vertices[0]
+    partial_tiles = graph.element_tiles(vertex.fields["partials"]).reshape(
+        geometry.partials_shape)[0]
+    reduce_bytes = 4 * int(np.sum(partial_tiles != out_tiles[None]))
+    report = engine.report
+    assert report.exchange_bytes == operand_bytes + reduce_bytes
+    assert report.cycles.exchange > 0 and report.cycles.compute > 0
+    steps = report.to_dict()["steps"]
+    assert [s["exchange_bytes"] for s in steps] == [operand_bytes, reduce_bytes]
+    # temporaries: received operand blocks and partials, on the tile of their block
+    tiles = block_tiles(vertex).reshape(-1)
+    for tile, size in zip(tiles.tolist(), sizes.tolist()):
+        blocks = {name: (nbytes, always) for name, _, nbytes, always in
+                  engine.plan.tile_blocks(tile)}
+        assert blocks["c.received"] == (4 * size, False)
+        assert not blocks["c.partials"][1]
+    assert int(report.not_always_live_max_bytes.max()) == plan.temporary_bytes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_serial_slices_share_temporary_memory(backend, rng):
+    graph = Graph(T16)
+    options = {"availableMemoryProportion": 0.004}
+    a = create_mat_mul_input_lhs(graph, FLOAT, (16, 64), (64, 200), "a", options)
+    b = create_mat_mul_input_rhs(graph, FLOAT, (16, 64), (64, 200), "b", options)
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog, options=options, name="c")
+    plan = plan_mat_mul(graph.target, FLOAT, (16, 64), (64, 200), options)
+    assert plan.serial > 1 and plan.fits
+    av, bv = values(rng, (16, 64)), values(rng, (64, 200))
+    engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)
+    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=1e-5)
+    assert len(graph.compute_sets) == 2 * plan.serial
+    # each slice has its own temporaries, but they are never live together: they share bytes
+    assert int(engine.report.not_always_live_max_bytes.max()) == plan.temporary_bytes
+
+
+def test_plans_are_cached_and_direct_when_k_is_not_split():
+    target = T16
+    first = plan_mat_mul(target, FLOAT, (4, 16), (16, 40))
+    assert first is plan_mat_mul(target, FLOAT, (4, 16), (16, 40), {"partialsType": "float"})
+    assert first.direct and first.block[2] == 16        # one k block: partials are the output
+    graph = Graph(target)
+    a, b = linear(graph, FLOAT, (4, 16), "a"), linear(graph, FLOAT, (16, 40), "b")
+    prog = Sequence()
+    mat_mul(graph, a, b, prog)
+    assert [cs.vertices[0].kind.name for cs in graph.compute_sets] == ["MatMulPartials"]
+
+
+def test_one_vertex_per_step_whatever_the_tile_count():
+    graph = Graph(Target.ipu2())
+    a, b = linear(graph, FLOAT, (64, 512), "a"), linear(graph, FLOAT, (512, 768), "b")
+    prog = Sequence()
+    mat_mul(graph, a, b, prog)
+    assert [len(cs.vertices) for cs in graph.compute_sets] == [1, 1]
+    vertex = graph.compute_sets[0].vertices[0]
+    assert len(np.unique(block_tiles(vertex))) > 1000
+
+
+def test_text_ir_round_trip():
+    graph = Graph(T16)
+    a, b = linear(graph, FLOAT, (6, 50), "a"), linear(graph, FLOAT, (50, 33), "b")
+    c = linear(graph, FLOAT, (6, 33), "c")
+    k = linear(graph, FLOAT, (1,), "k")
+    prog = Sequence()
+    mat_mul(graph, a, b, prog)
+    mat_mul_acc(graph, c, k, a, b, prog)
+    text = print_module(Module(graph, [prog]))
+    assert "MatMulPartials(" in text and "blocks=(" in text and "MatMulReduceAcc(" in text
+    assert print_module(parse_module(text)) == text
+
+
+# ---- options and errors -----------------------------------------------------------------------
+def test_options_by_poplibs_name_or_model():
+    options = matmul_options({"availableMemoryProportion": "0.25", "partialsType": "half",
+                              "fullyConnectedPass": "training_wu", "inputRHSIsPreArranged": "true"})
+    assert options == MatMulOptions(available_memory_proportion=0.25, partials_type=HALF,
+                                    fully_connected_pass="TRAINING_WU",
+                                    input_rhs_is_pre_arranged=True)
+    assert matmul_options(options) is options
+    assert matmul_options(None) == MatMulOptions()
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"availableMemoryProportions": 0.5}, "availableMemoryProportion, fullyConnectedPass, "
+                                          "inputRHSIsPreArranged, partialsType"),
+    ({"availableMemoryProportion": -0.1}, "availableMemoryProportion = -0.1"),
+    ({"partialsType": "int"}, "partialsType = 'int': .*half or float"),
+    ({"fullyConnectedPass": "FORWARD"}, "fullyConnectedPass = 'FORWARD'"),
+    ({"inputRHSIsPreArranged": "maybe"}, "inputRHSIsPreArranged"),
+])
+def test_bad_options_are_rejected_by_name(options, words):
+    graph = Graph(T16)
+    a, b = linear(graph, FLOAT, (2, 3), "a"), linear(graph, FLOAT, (3, 4), "b")
+    with pytest.raises(GrucOptionError, match=words):
+        mat_mul(graph, a, b, Sequence(), options=options)
+
+
+def test_bad_inputs_raise_gruc_errors():
+    graph = Graph(T16)
+    a, b = linear(graph, FLOAT, (2, 3), "a"), linear(graph, FLOAT, (4, 5), "b")
+    with pytest.raises(GrucShapeError, match=r"A \[2, 3\] by B \[4, 5\].*3 columns.*4 rows"):
+        mat_mul(graph, a, b, Sequence())
+    with pytest.raises(GrucShapeError, match=r"A \[2, 3\] and B \[3, 4, 5\]"):
+        mat_mul(graph, a, linear(graph, FLOAT, (3, 4, 5), "g"), Sequence())
+    with pytest.raises(GrucShapeError, match=r"A \[2, 2, 3\] by B \[3, 3, 5\].*2 groups"):
+        create_mat_mul_input_rhs(graph, FLOAT, (2, 2, 3), (3, 3, 5))
+    half = linear(graph, HALF, (3, 4), "h")
+    with pytest.raises(GrucTypeError, match="A is float but B is half"):
+        mat_mul(graph, a, half, Sequence())
+    with pytest.raises(GrucTypeError, match="half or float, got int"):
+        mat_mul(graph, linear(graph, INT, (2, 3), "i"), linear(graph, INT, (3, 4), "j"),
+                Sequence())
+    with pytest.raises(GrucTypeError, match="half or float"):
+        create_mat_mul_input_lhs(graph, INT, (2, 3), (3, 4))
+    b34 = linear(graph, FLOAT, (3, 4), "b34")
+    with pytest.raises(GrucShapeError, match=r"C \[2, 5\] does not match A \[2, 3\] x B \[3, 4\]"):
+        mat_mul_acc(graph, linear(graph, FLOAT, (2, 5), "c"), 1.0, a, b34, Sequence())
+    with pytest.raises(GrucShapeError, match="k must have one element"):
+        mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c2"), linear(graph, FLOAT, (2,), "k2"),
+                    a, b34, Sequence())
+    with pytest.raises(GrucTypeError, match="finite number"):
+        mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c3"), "2", a, b34, Sequence())
+    with pytest.raises(GrucShapeError, match="must not be empty"):
+        plan_mat_mul(T16, FLOAT, (0, 3), (3, 4))
+    with pytest.raises(GrucError):
+        mat_mul(graph, a, b34, Sequence(), out_type=INT)
+
+
+def test_vertex_checks_catch_hand_built_vertices():
+    graph = Graph(T16)
+    a, b = linear(graph, FLOAT, (1, 4, 8), "a"), linear(graph, FLOAT, (1, 8, 6), "b")
+    partials = linear(graph, FLOAT, (1, 3, 4, 6), "p")    # blocks of k=4 give 2, not 3
+    received = linear(graph, FLOAT, (10,), "r")
+    cs = graph.add_compute_set()
+    with pytest.raises(GrucShapeError, match=r"partials must be \[1, 2, 4, 6\]"):
+        graph.add_vertex(cs, "MatMulPartials", {"a": a, "b": b, "partials": partials,
+                                                "received": received}, blocks=(1, 4, 4, 6))
+    with pytest.raises(GrucValueError, match="four positive integers"):
+        graph.add_vertex(cs, "MatMulPartials", {"a": a, "b": b, "partials": partials,
+                                                "received": received}, blocks=(1, 4, 0, 6))
