@@ -19,12 +19,14 @@ def describe_validation_error(model_name: str, error: ValidationError) -> str:
     """Render pydantic's errors as ``Model.field = value: reason`` lines."""
     lines = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "<model>"
-        given = item.get("input")
-        reason = item["msg"]
+        field = ".".join(str(part) for part in item["loc"])
+        reason = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             reason = "unknown field"
-        lines.append(f"{model_name}.{field} = {given!r}: {reason}")
+        if field:
+            lines.append(f"{model_name}.{field} = {item.get('input')!r}: {reason}")
+        else:
+            lines.append(f"{model_name}: {reason}")
     return "; ".join(lines)
 
 

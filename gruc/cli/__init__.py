@@ -1,0 +1,46 @@
+"""The ``gruc`` command line: one console script, one module per subcommand.
+
+Every subcommand only parses flags and calls the library; errors a user can cause come out as one
+line on stderr and exit code 2 (argparse's convention), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from gruc.errors import GrucError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``gruc gru: error: ...``) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gruc.cli import gru, passes
+
+    parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for module in (gru, passes):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``gruc`` with ``argv`` (default: the process arguments); return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return int(args.run(args) or 0)
+    except GrucError as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"gruc {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

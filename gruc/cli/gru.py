@@ -1,0 +1,136 @@
+"""``gruc gru``: build, compile, run and check a GRU layer (poplibs' ``gru_layer`` tool).
+
+With no flags it runs a sensible default layer (S=20, B=8, I=H=64, float) on an ipu2.  The layer
+is checked against the float64 reference with poplibs' tolerances (``--rel-tolerance``,
+``--abs-tolerance``); the exit code is 1 if the check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from gruc.popnn.gru import (get_basic_gru_cell_bwd_flops, get_basic_gru_cell_fwd_flops,
+                            get_basic_gru_cell_wu_flops)
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.runtime.engine import Engine
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (use 0/1, true/false)")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.strip("{}").split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers, e.g. 97,67,87") \
+            from None
+
+
+def _cell_order(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.strip("{}").split(","))
+
+
+# (flag, config field, type, help); defaults come from GruLayerConfig
+FLAGS = [
+    ("--sequence-size", "sequence_size", int, "time steps S"),
+    ("--input-size", "input_size", int, "input features I"),
+    ("--output-size", "output_size", int, "hidden units H"),
+    ("--batch-size", "batch_size", int, "batch rows B"),
+    ("--data-type", "data_type", str, "half or float"),
+    ("--phase", "phase", str, "fwd (bwd, wu, all come with the backward pass)"),
+    ("--reset-after", "reset_after", _bool, "reset gate after the matmul (0/1)"),
+    ("--cell-order", "cell_order", _cell_order, "gate order, e.g. update,candidate,reset"),
+    ("--activation", "activation", str, "candidate activation"),
+    ("--recurrent-activation", "recurrent_activation", str, "gate activation"),
+    ("--shards", "shards", int, "numShards (default: poplibs' heuristic)"),
+    ("--code-reuse", "code_reuse", _bool, "rnnCodeReuse (0/1)"),
+    ("--with-attention", "with_attention", _bool, "AUGRU (0/1)"),
+    ("--variable-time-steps", "variable_time_steps", _ints, "lengths: one, or one per row"),
+    ("--with-real-time-steps", "with_real_time_steps", _bool, "random per-row lengths (0/1)"),
+    ("--output-all-sequence", "output_all_sequence", _bool, "output every step (0/1)"),
+    ("--ignore-input-gradient", "ignore_input_gradient", _bool, "no input gradient (0/1)"),
+    ("--save-intermediates", "save_intermediates", _bool, "training forward (0/1)"),
+    ("--available-memory-proportion", "available_memory_proportion", float, "matmul temporaries"),
+    ("--partials-type", "partials_type", str, "matmul partials: half or float"),
+    ("--tiles-per-ipu", "tiles_per_ipu", int, "tiles per IPU (default: ipu2's 1472)"),
+    ("--ipus", "ipus", int, "number of IPUs"),
+    ("--rel-tolerance", "rel_tolerance", float, "relative tolerance of the check"),
+    ("--abs-tolerance", "abs_tolerance", float, "absolute tolerance of the check"),
+    ("--seed", "seed", int, "host data seed"),
+    ("--backend", "backend", str, "numba (default) or numpy"),
+]
+
+
+def add_layer_flags(parser: argparse.ArgumentParser) -> None:
+    """The layer flags, shared by every command that builds a GRU layer."""
+    defaults = GruLayerConfig()
+    for flag, field, kind, text in FLAGS:
+        default = getattr(defaults, field)
+        parser.add_argument(flag, dest=field, type=kind, default=None,
+                            help=f"{text} (default: {default})")
+
+
+def config_from(args: argparse.Namespace) -> GruLayerConfig:
+    given = {field: getattr(args, field) for _, field, _, _ in FLAGS
+             if getattr(args, field) is not None}
+    return GruLayerConfig(**given)
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("gru", help="build, run and check a GRU layer",
+                                 description=__doc__.splitlines()[0])
+    add_layer_flags(parser)
+    parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
+    parser.add_argument("--profile", metavar="DIR", help="write report.json and trace.json here")
+    parser.set_defaults(run=run)
+
+
+def _flops(config: GruLayerConfig, layer) -> int:
+    fwd = get_basic_gru_cell_fwd_flops(layer.params)
+    if config.phase == "fwd":
+        return fwd
+    return fwd + get_basic_gru_cell_bwd_flops(layer.params) + get_basic_gru_cell_wu_flops(layer.params)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
+          f"H={config.output_size} {config.data_type} phase={config.phase}"
+          + (" reset_after" if config.reset_after else "")
+          + (" AUGRU" if config.with_attention else ""), flush=True)
+    start = time.perf_counter()
+    layer = build_layer(config)
+    built = time.perf_counter() - start
+    if args.compile_only:
+        engine = Engine(layer.graph, layer.programs, backend=config.backend)
+        compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
+    else:
+        result = run_layer(config, layer)
+        engine, compile_seconds, run_seconds = result.engine, result.compile_seconds, result.run_seconds
+        passed = result.passed
+        for name, lines in result.mismatches.items():
+            for line in lines:
+                print(f"  {line}")
+    print(f"shards            {layer.num_shards}")
+    engine.report.print_summary()
+    print(f"FLOPs             {_flops(config, layer)}")
+    print(f"build / compile   {built:.3f} s / {compile_seconds:.3f} s"
+          + ("" if run_seconds is None else f"; run {run_seconds:.3f} s"))
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        engine.report.to_json(os.path.join(args.profile, "report.json"))
+        engine.write_trace(os.path.join(args.profile, "trace.json"))
+        print(f"profile           {args.profile}/report.json, trace.json")
+    if passed is None:
+        return 0
+    print("check             " + ("PASSED" if passed else "FAILED") + " against the float64 "
+          f"reference (rel {config.tolerances()[0]}, abs {config.tolerances()[1]})")
+    return 0 if passed else 1
+

@@ -1,0 +1,56 @@
+"""The ``gruc`` command line, in process through ``main(argv)``."""
+
+import json
+
+import pytest
+
+from gruc.cli import main
+
+SMALL = ["--sequence-size", "3", "--input-size", "8", "--output-size", "8", "--batch-size", "2",
+         "--tiles-per-ipu", "16", "--backend", "numpy"]
+
+
+def test_gru_runs_checks_and_summarises(capsys):
+    assert main(["gru", *SMALL]) == 0
+    out = capsys.readouterr().out
+    for word in ["fits", "max tile memory", "always-live", "not-always-live", "cycles",
+                 "FLOPs", "compile", "PASSED"]:
+        assert word in out
+
+
+def test_gru_fails_when_the_check_cannot_pass(capsys):
+    assert main(["gru", *SMALL, "--rel-tolerance", "0", "--abs-tolerance", "0"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_gru_compile_only_and_profile(tmp_path, capsys):
+    assert main(["gru", *SMALL, "--compile-only", "--profile", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["memory"]["fits"] is True
+    assert "traceEvents" in json.loads((tmp_path / "trace.json").read_text())
+    assert "PASSED" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["gru", "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
+    (["gru", "--batch-size", "-1"], ["batch_size = -1", "greater than or equal to 1"]),
+    (["gru", "--output-size", "0"], ["output_size = 0"]),
+    (["gru", "--cell-order", "reset,bogus,update"], ["bogus", "not a permutation"]),
+    (["gru", "--reset-after", "maybe"], ["maybe", "not a boolean"]),
+    (["gru", "--data-type", "int"], ["int", "half, float"]),
+    (["nope"], ["invalid choice", "nope"]),
+])
+def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err
+
+
+def test_passes_lists_the_registry(capsys):
+    assert main(["passes"]) == 0
+    assert "plan-memory" in capsys.readouterr().out
