@@ -16,6 +16,7 @@ from typing import Iterable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
+from gruc.ir.mapping import distinct
 from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue,
                              WriteUndef)
 from gruc.ir.tensor import Tensor
@@ -40,26 +41,11 @@ class Effect:
 NO_EFFECT = Effect(frozenset(), frozenset(), frozenset(), frozenset())
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an int64 array: O(n) with a mark array when the values are dense
-    (ids of views almost always are), else by sorting.  Not ``np.unique``: numpy >= 2.3 dedupes
-    with a hash table that takes ~20 s on the 16M distinct ids of a [1000, 64, 256] tensor."""
-    if len(values) == 0:
-        return values
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo < 4 * len(values):
-        mark = np.zeros(hi - lo + 1, dtype=bool)
-        mark[values - lo] = True
-        return np.flatnonzero(mark) + lo
-    ordered = np.sort(values)
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
-
-
 def _variables_of(graph: Graph, tensors: Iterable[Tensor]) -> frozenset[int]:
     ids = [t.flat_ids() for t in tensors if t.num_elements]
     if not ids:
         return frozenset()
-    return frozenset(_distinct(graph.variable_of_id(np.concatenate(ids))).tolist())
+    return frozenset(distinct(graph.variable_of_id(np.concatenate(ids))).tolist())
 
 
 def _fully_covered(graph: Graph, tensors: Iterable[Tensor]) -> frozenset[int]:
@@ -67,7 +53,7 @@ def _fully_covered(graph: Graph, tensors: Iterable[Tensor]) -> frozenset[int]:
     ids = [t.flat_ids() for t in tensors if t.num_elements]
     if not ids:
         return frozenset()
-    owners = graph.variable_of_id(_distinct(np.concatenate(ids)))  # sorted, like the ids
+    owners = graph.variable_of_id(distinct(np.concatenate(ids)))  # sorted, like the ids
     starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
     counts = np.diff(np.append(starts, len(owners)))
     return frozenset(v for v, c in zip(owners[starts].tolist(), counts.tolist())

@@ -38,6 +38,21 @@ def consecutive_runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return begins, ends
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an int64 array: O(n) with a mark array when the values are dense
+    (ids of views almost always are), else by sorting.  Not ``np.unique``: numpy >= 2.3 dedupes
+    with a hash table that takes ~20 s on the 16M distinct ids of a [1000, 64, 256] tensor."""
+    if len(values) == 0:
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 4 * len(values):
+        mark = np.zeros(hi - lo + 1, dtype=bool)
+        mark[values - lo] = True
+        return np.flatnonzero(mark) + lo
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 @dataclass(frozen=True, eq=False)
 class TileMapping:
     """Runs of a flattened tensor's elements and the tile of each run."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from gruc.errors import GrucError, GrucVerifyError
-from gruc.ir.effects import EffectTable, _distinct as distinct
+from gruc.ir.effects import EffectTable
+from gruc.ir.mapping import distinct
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, RepeatWhileTrue

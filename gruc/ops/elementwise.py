@@ -25,6 +25,7 @@ import numpy as np
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir import expr as ex
 from gruc.ir.graph import Graph
+from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor
 from gruc.types import DType, dtype_of
@@ -51,7 +52,7 @@ def has_aliases(tensor: Tensor) -> bool:
     if tensor.contiguous_start() is not None:
         return False
     ids = tensor.flat_ids()
-    return len(np.unique(ids)) != len(ids)
+    return len(distinct(ids)) != len(ids)
 
 
 def create_output(graph: Graph, tensors: Sequence[Tensor], shape: tuple[int, ...], dtype: DType,

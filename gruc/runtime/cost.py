@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
+from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.passes.liveness import Step
 from gruc.target import Target
@@ -107,7 +108,7 @@ class _StepCoster:
         if not np.any(away):
             return
         ids = tensor.flat_ids()[away]
-        pairs = np.unique(ids * self.num_tiles + home[away])  # one transfer per (element, receiver)
+        pairs = distinct(ids * self.num_tiles + home[away])  # one transfer per (element, receiver)
         receivers = pairs % self.num_tiles
         senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
         size = tensor.dtype.size
