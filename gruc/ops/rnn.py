@@ -188,6 +188,8 @@ def shift_rnn_tensor(graph: Graph, params: RnnParams, t_base: Tensor, t_single: 
     pieces = []
     previous_last = t_single
     for shard, (begin, end) in enumerate(shard_time_bounds(steps, num_shards, multiple)):
+        if end == begin:
+            continue  # more shards than the steps need: the trailing ones hold no rows
         piece = graph.clone(t_base.slice(begin, end), f"{name}/{shard}")
         prog.add(Copy(previous_last, piece.slice(0, multiple)))
         if end - begin > multiple:

@@ -73,14 +73,15 @@ def test_sequence_tensors_are_laid_out_like_poplibs_and_time_major_on_every_tile
         assert np.all(np.diff(block.reshape(-1)) == 4), "one contiguous, time-major block per tile"
 
 
-@pytest.mark.parametrize("multiple", [1, 2])
-def test_shift_rnn_tensor_is_the_sequence_one_step_later(multiple, rng):
+@pytest.mark.parametrize("multiple, shards", [(1, 3), (2, 3), (2, 6)])
+def test_shift_rnn_tensor_is_the_sequence_one_step_later(multiple, shards, rng):
+    """7 steps in 6 shards of 2 leave the last shard without steps."""
     params = RnnParams(dtype=FLOAT, batch_size=2, max_time_steps=7, layer_sizes=(4, 4))
     g = Graph(T20)
-    base = create_output_tensor(g, params, 3, "base", multiple=multiple)
-    single = create_initial_state(g, params, True, multiple, 3, "single")
+    base = create_output_tensor(g, params, shards, "base", multiple=multiple)
+    single = create_initial_state(g, params, True, multiple, shards, "single")
     prog = Sequence()
-    shifted = shift_rnn_tensor(g, params, base, single, prog, 3)
+    shifted = shift_rnn_tensor(g, params, base, single, prog, shards)
     assert shifted.shape == base.shape
     for name, t in {"base": base, "single": single}.items():
         g.create_host_write(name, t)
@@ -202,6 +203,15 @@ def test_rnn_on_the_numba_engine(shards, reverse, lengths_kind, code_reuse, rng)
     check_rnn(1000, shards, reverse, lengths_kind, code_reuse, "numba", rng)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("lengths_kind, code_reuse", [("fixed", False), ("rows", True)])
+def test_trailing_shards_without_steps_build_no_loop(reverse, lengths_kind, code_reuse, rng):
+    """10 steps in 6 shards of ceil(10 / 6) = 2: the last shard has none."""
+    engine = check_rnn(10, 6, reverse, lengths_kind, code_reuse, "numpy", rng)
+    loops = [n for n in engine.module.walk() if isinstance(n, (Repeat, RepeatWhileTrue))]
+    assert len(loops) == 5
+
+
 @pytest.mark.parametrize("lengths_kind, code_reuse", [("fixed", False), ("rows", True)])
 def test_program_does_not_grow_with_the_sequence_length(lengths_kind, code_reuse):
     sizes = []
@@ -296,7 +306,7 @@ def test_rnn_rejects_bad_arguments():
 
     cases = [
         (dict(num_shards=0), GrucValueError, "num_shards"),
-        (dict(num_shards=8), GrucValueError, "empty"),
+        (dict(num_shards=8), GrucValueError, "do not fit"),
         (dict(inputs=[x[0:5]]), GrucShapeError, "10 time steps"),
         (dict(init_state=[]), GrucValueError, "at least one"),
         (dict(init_state=[h0[0]]), GrucShapeError, "init_state"),

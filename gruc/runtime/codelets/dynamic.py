@@ -142,9 +142,9 @@ def _scatter_window(data, base_rows, window_rows, offset_data, offset_index, dim
 def _prepare_numba(vertex: LoweredVertex, window_field: str, kernel) -> Prepared:
     w = _Window(vertex, window_field)
     bits = _BITS[w.dtype.size]
-    offset_dtype = w.offset.dtype
-    offset_index = w.offset.index
-
+    offset_dtype, offset_index = w.offset.dtype, w.offset.index
+    base_rows, window_rows, dim_sizes, window_sizes = (w.base_rows, w.window_rows, w.dim_sizes,
+                                                       w.window_sizes)
     unsigned: dict[int, np.ndarray] = {}
     """The unsigned view of each memory run on: made once, not on every step."""
 
@@ -152,8 +152,8 @@ def _prepare_numba(vertex: LoweredVertex, window_field: str, kernel) -> Prepared
         data = unsigned.get(id(memory))
         if data is None or data.base is not memory.raw:
             data = unsigned[id(memory)] = memory.raw.view(bits)
-        kernel(data, w.base_rows, w.window_rows, memory.view(offset_dtype), offset_index,
-               w.dim_sizes, w.window_sizes)
+        kernel(data, base_rows, window_rows, memory.view(offset_dtype), offset_index, dim_sizes,
+               window_sizes)
 
     return run
 
