@@ -95,16 +95,11 @@ class GruParams(GrucModel):
 
     @model_validator(mode="after")
     def _lengths(self) -> "GruParams":
+        """poplibs' lengths rules (rank 1, size 1 or B) are RnnParams' to check."""
         lengths = self.var_time_steps
-        if lengths is not None:
-            if lengths.rank != 1:
-                raise ValueError("Invalid RNN timeSteps tensor (rank != 1): got shape "
-                                 f"{list(lengths.shape)}")
-            if lengths.num_elements not in (1, self.batch_size):
-                raise ValueError(f"Invalid RNN timeSteps tensor (size != batchSize) && (size != 1):"
-                                 f" size {lengths.num_elements}, batchSize {self.batch_size}")
-            if lengths.dtype.is_float:
-                raise ValueError(f"the lengths tensor must be integer, got {lengths.dtype.name}")
+        if lengths is not None and lengths.dtype.is_float:
+            raise ValueError(f"the lengths tensor must be integer, got {lengths.dtype.name}")
+        self.rnn  # noqa: B018 (validates the lengths' shape against the batch)
         return self
 
     @property
