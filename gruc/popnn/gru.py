@@ -33,7 +33,7 @@ from gruc.ir.program import Copy, Sequence, WriteUndef
 from gruc.ir.tensor import Tensor, concat
 from gruc.ops.elementwise import map, map_in_place, map_with_output, zero
 from gruc.ops.matmul import create_mat_mul_input_rhs, mat_mul
-from gruc.ops.nonlinearity import NonLinearity, non_linearity_in_place
+from gruc.ops.nonlinearity import NonLinearity, forward_expression, non_linearity_in_place
 from gruc.ops.rnn import (RnnSlice, StateSequence, TimeStep, create_input_tensor,
                           create_output_tensor, create_recurrent_tensor, rnn)
 from gruc.ops.rnn import create_initial_state as create_rnn_state
@@ -131,15 +131,11 @@ def zero_initial_state(graph: Graph, init_state: Tensor, prog: Sequence, name: s
 
 
 # ---- the forward cell ---------------------------------------------------------------------------
-def _activation_expr(kind: Activation, x: ex.Expr) -> ex.Expr:
-    """The activation as an expression (softmax needs a reduction and is built separately)."""
-    if kind is Activation.TANH:
-        return ex.tanh(x)
-    if kind is Activation.SIGMOID:
-        return ex.sigmoid(x)
-    if kind is Activation.RELU:
-        return ex.relu(x)
-    return ex.clamp(x * ex.Const(0.2) + ex.Const(0.5), ex.Const(0.0), ex.Const(1.0))
+def _applied(outer: ex.Expr, inner: ex.Expr) -> ex.Expr:
+    """``outer`` with its operand ``_1`` replaced by the tree ``inner``."""
+    if isinstance(outer, ex.PlaceHolder):
+        return inner
+    return ex.with_children(outer, [_applied(child, inner) for child in ex.children(outer)])
 
 
 def _activate(graph: Graph, kind: Activation, expression: ex.Expr, operands: list[Tensor],
@@ -149,13 +145,15 @@ def _activate(graph: Graph, kind: Activation, expression: ex.Expr, operands: lis
     Softmax normalises each gate's ``H`` values separately, as the reference applies the
     activation gate by gate.
     """
-    if kind is Activation.SOFTMAX:
+    nl = NonLinearity(kind.value)
+    if nl.is_softmax:
         value = map(graph, expression, operands, body, name)
         rows, width = value.shape
         gates = value.reshape((rows, width // hidden, hidden))
-        non_linearity_in_place(graph, NonLinearity.SOFTMAX, gates, body, name)
+        non_linearity_in_place(graph, nl, gates, body, name)
         return value
-    return map(graph, _activation_expr(kind, expression), operands, body, name)
+    dtype = operands[0].dtype
+    return map(graph, _applied(forward_expression(nl, dtype), expression), operands, body, name)
 
 
 class _Weights(NamedTuple):
