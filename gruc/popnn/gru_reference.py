@@ -571,7 +571,7 @@ def weight_update(fwd: ForwardResult, bwd: BackwardResult) -> WeightGrads:
     """
     if not isinstance(fwd, ForwardResult):
         raise GrucTypeError(f"weight_update needs a ForwardResult; got {type(fwd).__name__}")
-    S, B, I, H = fwd.seq_len, fwd.batch_size, fwd.input_size, fwd.hidden_size
+    S, B, H = fwd.seq_len, fwd.batch_size, fwd.hidden_size
     d = _as_float64("bwd_intermediates", getattr(bwd, "bwd_intermediates", None))
     _expect_shape("bwd_intermediates", d, (S, 3, B, H), "[S, 3, B, H]: dr, du, dc")
     dr, du, dc = d[:, RESET], d[:, UPDATE], d[:, CANDIDATE]

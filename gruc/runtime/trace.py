@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gruc.runtime.cost import StepCost
-from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, Executable, ExecuteStep,
+from gruc.runtime.lower import (Block, Branch, CopyStep, Executable, ExecuteStep,
                                 Loop, MarkStep, PrintStep, WhileLoop)
 from gruc.runtime.report import write_text_atomically
 from gruc.target import Target

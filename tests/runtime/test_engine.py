@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from gruc import (FLOAT, INT, Call, Copy, Engine, Execute, Graph, GrucError, GrucOutOfMemory,
+from gruc import (FLOAT, INT, Call, Copy, Engine, Graph, GrucError, GrucOutOfMemory,
                   If, PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, WriteUndef)
 from gruc.ir.expr import _1, _2, _3, Const, eq, exp, select, sigmoid, tanh
 from gruc.ops import add, add_in_place, cast, fill, map, map_in_place, map_with_output, mul, zero
