@@ -375,3 +375,12 @@ __all__ = ["GATES", "Activation", "GruParams", "GruOptions", "GruWeights", "Forw
            "create_weights_biases", "create_weights", "create_attention", "zero_initial_state",
            "gru_fwd", "au_gru_fwd", "get_basic_gru_cell_fwd_flops",
            "get_basic_gru_cell_bwd_flops", "get_basic_gru_cell_wu_flops"]
+
+
+# The backward pass and weight update live in their own module; they are part of this API.
+from gruc.popnn.gru_bwd import (GruGradients, au_gru_bwd, au_gru_bwd_with_wu,  # noqa: E402
+                                au_gru_wu, gru_bwd, gru_bwd_with_wu, gru_wu,
+                                interleaved_wu_is_beneficial)
+
+__all__ += ["GruGradients", "interleaved_wu_is_beneficial", "gru_bwd", "au_gru_bwd",
+            "gru_wu", "au_gru_wu", "gru_bwd_with_wu", "au_gru_bwd_with_wu"]

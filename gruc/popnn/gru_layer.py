@@ -26,8 +26,12 @@ from gruc.target import Target
 from gruc.types import UNSIGNED_INT, dtype_of
 from gruc.validated import GrucModel
 
-PHASES = ("fwd",)
-"""Phases this build supports (poplibs' ``--phase``)."""
+TRAINING_READS = {"input_grad": "input_grad", "init_state_grad": "init_state_grad",
+                  "attention_grad": "attentions_grad"}
+"""Host read name -> :class:`~gruc.popnn.gru.GruGradients` field, for the backward phases."""
+
+WEIGHT_GRADIENT_READS = ("input_weights", "output_weights", "biases")
+"""The weight gradients the ``wu`` and ``all`` phases read, as ``<name>_grad``."""
 
 
 class GruLayerConfig(GrucModel):
@@ -38,7 +42,9 @@ class GruLayerConfig(GrucModel):
     output_size: int = Field(64, ge=1, description="H, hidden units.")
     batch_size: int = Field(8, ge=1, description="B, batch rows.")
     data_type: str = Field("float", description="half or float.")
-    phase: Literal["fwd", "bwd", "wu", "all"] = Field("fwd", description="What to build and run.")
+    phase: Literal["fwd", "bwd", "wu", "all"] = Field(
+        "fwd", description="fwd: inference; bwd: + the backward pass (gru_bwd); wu, all: + the "
+                           "weight update (gru_bwd_with_wu), as poplibs' tool.")
     reset_after: bool = False
     cell_order: tuple[str, str, str] = ("reset", "update", "candidate")
     activation: str = "tanh"
@@ -72,8 +78,6 @@ class GruLayerConfig(GrucModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "GruLayerConfig":
-        if self.phase not in PHASES:
-            raise ValueError(f"phase {self.phase!r} is not built yet; phases: {', '.join(PHASES)}")
         if self.variable_time_steps is not None:
             if self.with_real_time_steps:
                 raise ValueError("variable time steps and real time steps are exclusive")
@@ -148,26 +152,59 @@ def build_layer(config: GruLayerConfig) -> GruLayer:
     layer.writes.update({"input": x, "init_state": h0, "input_weights": weights.input_weights,
                          "output_weights": weights.output_weights, "biases": weights.biases})
     real = lengths if config.with_real_time_steps else None
+    training = config.phase != "fwd"
+    attention = None
     if config.with_attention:
         attention = gru.create_attention(graph, params, "attention", options)
         layer.writes["attention"] = attention
         result = gru.au_gru_fwd(graph, params, h0, x, weights, prog, attention,
-                                save_intermediates=config.save_intermediates,
+                                save_intermediates=config.save_intermediates or training,
                                 real_time_steps=real, options=options)
     else:
         result = gru.gru_fwd(graph, params, h0, x, weights, prog,
-                             save_intermediates=config.save_intermediates,
+                             save_intermediates=config.save_intermediates or training,
                              real_time_steps=real, options=options)
     if lengths is not None:
         layer.writes["lengths"] = lengths
     layer.reads["output"] = result.output
-    if result.intermediates is not None:
+    if config.save_intermediates:
         layer.reads["intermediates"] = result.intermediates
+    if training:
+        _build_backward(layer, h0, x, weights, result, attention, real)
     for name, tensor in layer.writes.items():
         graph.create_host_write(name, tensor)
     for name, tensor in layer.reads.items():
         graph.create_host_read(name, tensor)
     return layer
+
+
+def _build_backward(layer: GruLayer, h0: Tensor, x: Tensor, weights: gru.GruWeights,
+                    forward: gru.ForwardResult, attention: Tensor | None,
+                    real_time_steps: Tensor | None) -> None:
+    """The backward phases, as poplibs' tool builds them: ``bwd`` calls ``gru_bwd``, ``wu`` and
+    ``all`` call ``gru_bwd_with_wu`` (the AUGRU variants with attention); every gradient is
+    read."""
+    config, graph, params = layer.config, layer.graph, layer.params
+    options = config.options()
+    grad_output = graph.add_variable(params.dtype, forward.output.shape, "grad_output")
+    graph.map_tensor_linearly(grad_output)
+    layer.writes["grad_output"] = grad_output
+    arguments = (graph, params, layer.programs[0], h0, forward.intermediates, weights, x,
+                 forward.output, grad_output)
+    with_update = config.phase != "bwd"
+    if attention is None:
+        build = gru.gru_bwd_with_wu if with_update else gru.gru_bwd
+        grads = build(*arguments, real_time_steps=real_time_steps, options=options)
+    else:
+        build = gru.au_gru_bwd_with_wu if with_update else gru.au_gru_bwd
+        grads = build(*arguments, attention, real_time_steps=real_time_steps, options=options)
+    for read, field_name in TRAINING_READS.items():
+        tensor = getattr(grads, field_name)
+        if tensor is not None:
+            layer.reads[read] = tensor
+    if grads.weights_grad is not None:
+        for name in WEIGHT_GRADIENT_READS:
+            layer.reads[f"{name}_grad"] = getattr(grads.weights_grad, name)
 
 
 @dataclass
@@ -200,6 +237,28 @@ def host_data(config: GruLayerConfig) -> tuple[gru_reference.RandomInputs, np.nd
     return data, lengths
 
 
+def reference_results(config: GruLayerConfig, data: gru_reference.RandomInputs,
+                      lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Every value the layer can read, from the float64 reference, by host read name."""
+    forward = gru_reference.forward(
+        data.x, data.h0, data.input_weights, data.output_weights, data.biases,
+        cell_order=config.cell_order, reset_after=config.reset_after,
+        activation=config.activation, recurrent_activation=config.recurrent_activation,
+        attention=data.attention, lengths=lengths,
+        output_full_sequence=config.output_all_sequence)
+    expected = {"output": forward.output, "intermediates": forward.intermediates}
+    if config.phase == "fwd":
+        return expected
+    backward = gru_reference.backward(forward, data.grad_output,
+                                      calc_input_gradients=not config.ignore_input_gradient)
+    expected.update(input_grad=backward.input_grad, init_state_grad=backward.init_state_grad,
+                    attention_grad=backward.attention_grad)
+    if config.phase != "bwd":
+        update = gru_reference.weight_update(forward, backward)
+        expected.update({f"{name}_grad": getattr(update, name) for name in WEIGHT_GRADIENT_READS})
+    return expected
+
+
 def run_layer(config: GruLayerConfig, layer: GruLayer | None = None) -> LayerRun:
     """Build (unless given), compile, run and check the layer against the float64 reference."""
     start = time.perf_counter()
@@ -210,19 +269,13 @@ def run_layer(config: GruLayerConfig, layer: GruLayer | None = None) -> LayerRun
     data, lengths = host_data(config)
     values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
               "output_weights": data.output_weights, "biases": data.biases,
-              "attention": data.attention, "lengths": lengths}
+              "attention": data.attention, "lengths": lengths, "grad_output": data.grad_output}
     for name in layer.writes:
         engine.write_tensor(name, values[name])
     engine.run(0)
     ran = time.perf_counter()
-    reference = gru_reference.forward(
-        data.x, data.h0, data.input_weights, data.output_weights, data.biases,
-        cell_order=config.cell_order, reset_after=config.reset_after,
-        activation=config.activation, recurrent_activation=config.recurrent_activation,
-        attention=data.attention, lengths=lengths,
-        output_full_sequence=config.output_all_sequence)
+    expected = reference_results(config, data, lengths)
     outputs = {name: engine.read_tensor(name) for name in layer.reads}
-    expected = {"output": reference.output, "intermediates": reference.intermediates}
     rel, absolute = config.tolerances()
     mismatches = {}
     for name, value in outputs.items():
