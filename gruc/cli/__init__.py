@@ -7,6 +7,7 @@ line on stderr and exit code 2 (argparse's convention), never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -21,11 +22,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gruc.cli import gru, passes
+    from gruc.cli import dump, gru, opt, passes, plan, trace, viz
 
     parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for module in (gru, passes):
+    for module in (gru, passes, dump, opt, viz, trace, plan):
         module.register(commands)
     return parser
 
@@ -40,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"gruc {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader (``| head``) left early: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ FLAGS = [
     ("--output-size", "output_size", int, "hidden units H"),
     ("--batch-size", "batch_size", int, "batch rows B"),
     ("--data-type", "data_type", str, "half or float"),
-    ("--phase", "phase", str, "fwd (bwd, wu, all come with the backward pass)"),
+    ("--phase", "phase", str, "fwd, bwd (+ backward pass), wu or all (+ weight update)"),
     ("--reset-after", "reset_after", _bool, "reset gate after the matmul (0/1)"),
     ("--cell-order", "cell_order", _cell_order, "gate order, e.g. update,candidate,reset"),
     ("--activation", "activation", str, "candidate activation"),
@@ -96,7 +96,8 @@ def _flops(config: GruLayerConfig, layer) -> int:
     fwd = get_basic_gru_cell_fwd_flops(layer.params)
     if config.phase == "fwd":
         return fwd
-    return fwd + get_basic_gru_cell_bwd_flops(layer.params) + get_basic_gru_cell_wu_flops(layer.params)
+    bwd = fwd + get_basic_gru_cell_bwd_flops(layer.params)
+    return bwd if config.phase == "bwd" else bwd + get_basic_gru_cell_wu_flops(layer.params)
 
 
 def run(args: argparse.Namespace) -> int:

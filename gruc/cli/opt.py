@@ -1,0 +1,134 @@
+"""``gruc opt IN -p PIPELINE``: read a module, run a pass pipeline, write the result (xdsl-opt).
+
+``IN`` is a text IR file, a JSON module (``module_to_json``; recognised because it parses as JSON)
+or ``-`` for stdin, so ``gruc dump ... | gruc opt - -p plan-memory`` works through a pipe.  The
+result goes to ``-o OUT`` (written atomically) or stdout, as text IR, JSON or a DOT dataflow graph.
+
+The reading, writing and pipeline helpers here are shared by ``gruc dump`` and ``gruc viz``: they
+are the command line's file handling; the work itself is the library's (``parse_module``,
+``module_from_json``, ``run_pipeline``, ``print_module``, ``module_to_json``, ``dataflow_dot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from gruc.errors import GrucParseError, GrucValueError
+from gruc.ir.module import Module
+from gruc.ir.parser import parse_module
+from gruc.ir.printer import print_module
+from gruc.ir.serialize import module_from_json, module_to_json
+from gruc.passes.pipeline import run_pipeline
+from gruc.runtime.report import write_text_atomically
+from gruc.runtime.viz import StatusLine, dataflow_dot
+
+FORMATS = ("text", "json", "dot")
+STDIO = "-"
+
+
+def read_module(path: str) -> Module:
+    """The module in file ``path`` (``-``: stdin): JSON if the text parses as JSON, else text IR.
+    Parse errors name the file and the line and column."""
+    name = "<stdin>" if path == STDIO else path
+    try:
+        if path == STDIO:
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise GrucValueError(f"cannot read {name}: {getattr(error, 'strerror', None) or error}") \
+            from None
+    try:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return parse_module(text)
+        return module_from_json(data)
+    except GrucParseError as error:
+        raise GrucParseError(f"{name}: {error}") from None
+
+
+def format_module(module: Module, fmt: str) -> str:
+    """``module`` as text IR, JSON (deterministic: sorted keys) or a DOT dataflow graph."""
+    if fmt == "json":
+        return json.dumps(module_to_json(module), indent=1, sort_keys=True) + "\n"
+    if fmt == "dot":
+        return dataflow_dot(module)
+    return print_module(module)
+
+
+def write_output(text: str, path: str | None) -> None:
+    """``text`` to stdout (``path`` None or ``-``) or atomically to the file ``path``; a reader
+    that closes the pipe early is not an error."""
+    if path in (None, STDIO):
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # the reader stopped early (`gruc dump | head`), which is not an error; point stdout
+            # at /dev/null so Python's final flush does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    try:
+        write_text_atomically(path, text)
+    except OSError as error:
+        raise GrucValueError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
+    """``-p PIPELINE`` and the switches of :func:`gruc.passes.pipeline.run_pipeline`."""
+    parser.add_argument("-p", "--passes", dest="pipeline", metavar="PIPELINE",
+                        help="passes to run, e.g. plan-memory{strict=true} (see `gruc passes`)")
+    parser.add_argument("--print-between-passes", action="store_true",
+                        help="print the IR after each pass to stderr")
+    parser.add_argument("--verify-each", action="store_true",
+                        help="run the verifier after each pass")
+    parser.add_argument("--time-passes", action="store_true",
+                        help="print each pass's wall time to stderr")
+
+
+def _print_between(name: str, module: Module) -> None:
+    print(f"# ----- IR after {name} -----", file=sys.stderr)
+    sys.stderr.write(print_module(module))
+    sys.stderr.flush()
+
+
+def apply_pipeline(module: Module, args: argparse.Namespace) -> Module:
+    """Run ``args.pipeline`` (if any) on ``module`` with the switches of
+    :func:`add_pipeline_flags`; timings go to stderr."""
+    if not args.pipeline:
+        return module
+    with StatusLine() as status:
+        status.show(f"running {args.pipeline} ...")
+        run = run_pipeline(module, args.pipeline, verify_each=args.verify_each,
+                           print_between=_print_between if args.print_between_passes else None,
+                           time_passes=args.time_passes)
+    if args.time_passes:
+        total = sum(seconds for _, seconds in run.timings)
+        print("pass timings (wall):", file=sys.stderr)
+        for name, seconds in run.timings:
+            print(f"  {seconds:9.4f} s  {name}", file=sys.stderr)
+        print(f"  {total:9.4f} s  total", file=sys.stderr)
+    return run.module
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("opt", help="run a pass pipeline on a saved module",
+                                 description=__doc__.splitlines()[0])
+    parser.add_argument("input", metavar="IN", nargs="?", default=STDIO,
+                        help="text IR or JSON module; - for stdin (the default)")
+    add_pipeline_flags(parser)
+    parser.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="output format (default: text)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = apply_pipeline(read_module(args.input), args)
+    write_output(format_module(module, args.format), args.output)
+    return 0

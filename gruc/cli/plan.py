@@ -1,0 +1,152 @@
+"""``gruc plan``: tile-memory planning studies of the GRU layer, plan-only (nothing is run).
+
+Every ``gruc gru`` layer flag takes one value, a list (``--batch-size 1,4,16``) or an inclusive
+range (``--output-size 128:1024:128`` is 128, 256, ..., 1024); ``--cell-order`` and
+``--variable-time-steps`` separate alternatives with ``/``.  The cross product is planned, one
+row per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written as rows finish; running
+the same command again skips the rows already there.  ``--find-max FLAG`` searches the largest
+value of FLAG that still fits instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gruc.cli.gru import FLAGS
+from gruc.errors import GrucValueError
+from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_layer,
+                       plot_metrics, plot_tile_heatmap, run_sweep)
+from gruc.plan.grid import TUPLE_FIELDS
+from gruc.plan.layer import PLAN_IGNORED
+from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
+from gruc.popnn.gru_layer import GruLayerConfig
+
+PLAN_FLAGS = [entry for entry in FLAGS if entry[1] not in PLAN_IGNORED]
+"""``gruc gru``'s layer flags less those that only affect running or checking."""
+
+TABLE_ROWS = 40
+"""Sweeps up to this many rows are also printed as a table."""
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("plan", help="plan-only sweeps of GRU layer flags",
+                                 description=__doc__.splitlines()[0])
+    defaults = GruLayerConfig()
+    for flag, field, _, text in PLAN_FLAGS:
+        parser.add_argument(flag, dest=field, default=None, metavar="V|A,B|A:B[:STEP]",
+                            help=f"{text} (default: {getattr(defaults, field)})")
+    parser.add_argument("--pipeline", metavar="PIPELINE",
+                        help="pass pipeline to compile with, as `gruc opt -p` (default: the "
+                             "engine's; '' for none)")
+    parser.add_argument("--out", default="plan-results", metavar="DIR",
+                        help="directory of rows.csv, rows.json and plots (default: plan-results)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="local worker processes (default: CPU count; 1: in this process)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run on this Dask distributed scheduler (needs gruc[dist])")
+    parser.add_argument("--find-max", metavar="FLAG",
+                        help=f"largest value of FLAG that fits ({', '.join(SEARCHABLE)})")
+    parser.add_argument("--find-max-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                        help=f"largest value the search tries (default: {DEFAULT_LIMIT})")
+    parser.add_argument("--plots", action="store_true",
+                        help="write PNG plots to DIR/plots (metrics per swept flag, tile heatmap)")
+    parser.add_argument("--heatmap", type=int, metavar="INDEX",
+                        help="configuration (0-based, grid order) of the tile heatmap (default: "
+                             "the largest max tile memory; with --find-max, the first overflow)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar (default: only on a terminal)")
+    parser.set_defaults(run=run)
+
+
+def spec_from(args: argparse.Namespace) -> SweepSpec:
+    """The sweep the layer flags describe: one value fixes a flag, more sweep it."""
+    fixed: dict[str, Any] = {}
+    swept: dict[str, tuple] = {}
+    for flag, field, kind, _ in PLAN_FLAGS:
+        text = getattr(args, field)
+        if text is None:
+            continue
+        values = parse_values(text, kind, flag=flag, tuple_valued=field in TUPLE_FIELDS)
+        if len(values) == 1:
+            fixed[field] = values[0]
+        else:
+            swept[field] = values
+    return SweepSpec(fixed=fixed, swept=swept, pipeline=args.pipeline)
+
+
+def _field_of(flag: str) -> str:
+    field = flag.lstrip("-").replace("-", "_")
+    if field not in SEARCHABLE:
+        raise GrucValueError(f"--find-max {flag!r}: searchable flags are "
+                             f"{', '.join('--' + f.replace('_', '-') for f in SEARCHABLE)}")
+    return field
+
+
+def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> None:
+    columns = [*parameters, "shards_chosen", "fits", "max_tile_bytes", "cycles_total", "error"]
+    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(line[k]) for line in cells]) for k, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for line in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+def _heatmap(row: dict[str, Any], out: Path) -> None:
+    flags = json.loads(row["config"])
+    pipeline = flags.pop("pipeline")
+    plan = plan_layer(GruLayerConfig(**flags), pipeline)
+    print(f"heatmap           {plot_tile_heatmap(plan, out / 'plots' / 'tile-heatmap.png')}")
+
+
+def _choose(rows: list[dict[str, Any]], index: int | None) -> dict[str, Any] | None:
+    if index is not None:
+        if not 0 <= index < len(rows):
+            raise GrucValueError(f"--heatmap {index} is not a configuration; there are "
+                                 f"{len(rows)} (0..{len(rows) - 1})")
+        return rows[index]
+    planned = [r for r in rows if not r.get("error")]
+    return max(planned, key=lambda r: r["max_tile_bytes"], default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_from(args)
+    out = Path(args.out)
+    if args.find_max:
+        flag = _field_of(args.find_max)
+        results = find_max(spec, flag, out, limit=args.find_max_limit, progress=args.progress)
+        for result in results:
+            print(result.describe())
+        print(f"rows              {out / 'rows.csv'}, {out / 'rows.json'}")
+        if args.plots:
+            probed = [row for result in results for row in result.probes]
+            for path in plot_metrics(probed, (*spec.parameters, flag), out / "plots"):
+                print(f"plot              {path}")
+            chosen = next((r for r in probed if not r["fits"] and not r.get("error")), None)
+            if args.heatmap is not None or chosen is None:
+                chosen = _choose(probed, args.heatmap)
+            if chosen is not None:
+                _heatmap(chosen, out)
+        return 0
+    executor = make_executor(args.jobs, args.scheduler)
+    try:
+        result = run_sweep(spec, out, executor=executor, progress=args.progress)
+    finally:
+        executor.close()
+    if len(result.rows) <= TABLE_ROWS:
+        _print_table(result.rows, spec.parameters)
+    print(f"configurations    {len(result.rows)}: {result.computed} planned now, "
+          f"{result.skipped} already in {out}, {len(result.errors)} refused")
+    if result.computed:
+        print(f"time              {result.seconds:.2f} s, {result.configs_per_minute:.1f} "
+              "configurations per minute")
+    print(f"rows              {result.store.csv_path}, {result.store.json_path}")
+    if args.plots:
+        for path in plot_metrics(result.rows, spec.parameters, out / "plots"):
+            print(f"plot              {path}")
+        chosen = _choose(result.rows, args.heatmap)
+        if chosen is not None:
+            _heatmap(chosen, out)
+    return 0

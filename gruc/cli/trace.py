@@ -1,0 +1,46 @@
+"""``gruc trace``: run the GRU layer and write the Chrome trace of its BSP execution.
+
+The trace (``chrome://tracing`` or ui.perfetto.dev) has one process per IPU, a control track and
+at most 64 tile-group tracks per IPU, so a 1,472-tile run stays small enough to load.  The layer is
+checked against the float64 reference as by ``gruc gru``: the exit code is 1 if the check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gruc.cli.gru import add_layer_flags, config_from
+from gruc.cli.opt import STDIO, write_output
+from gruc.popnn.gru_layer import build_layer, run_layer
+from gruc.runtime.viz import StatusLine
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("trace", help="run the GRU layer, write a Chrome trace",
+                                 description=__doc__.splitlines()[0])
+    add_layer_flags(parser)
+    parser.add_argument("-o", "--output", metavar="OUT", default="trace.json",
+                        help="trace file, - for stdout (default: trace.json)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    with StatusLine() as status:
+        status.show("building the layer ...")
+        layer = build_layer(config)
+        status.show("compiling and running on the simulated IPU ...")
+        result = run_layer(config, layer)
+    trace = result.engine.chrome_trace()
+    text = json.dumps(trace)
+    write_output(text, args.output)
+    # with the trace on stdout, the summary goes to stderr so the JSON stays clean
+    out = sys.stderr if args.output == STDIO else sys.stdout
+    print(f"trace             {args.output}: {len(trace['traceEvents'])} events, "
+          f"{len(text) / 1024:.1f} KiB, {trace['otherData']['cycles']} cycles, "
+          f"{trace['otherData']['tiles_per_track']} tile(s) per track", file=out)
+    print("check             " + ("PASSED" if result.passed else "FAILED")
+          + " against the float64 reference", file=out)
+    return 0 if result.passed else 1

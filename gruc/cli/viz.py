@@ -1,0 +1,92 @@
+"""``gruc viz``: one self-contained HTML report of a program, or its dataflow graph as DOT.
+
+The program is the GRU layer of ``gruc gru``'s flags (built, compiled, run and checked: the exit
+code is 1 if the check fails), or a saved module given with ``--input`` (text IR or JSON), which is
+compiled and run once on zeroed tensors so the report has each step's executions (a program
+whose loops depend on its data is better shown with ``--compile-only``).  To see a pipeline's
+result: ``gruc dump -p PIPELINE | gruc viz --input -``.  The report
+(:func:`gruc.runtime.viz.html_report`) has the memory per tile by category, the tile map, liveness
+over the program steps, the busiest tiles, the program tree and the per-step cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gruc.cli.gru import FLAGS, add_layer_flags, config_from
+from gruc.cli.opt import read_module, write_output
+from gruc.errors import GrucValueError
+from gruc.ir.module import Module
+from gruc.popnn.gru_layer import build_layer, run_layer
+from gruc.runtime.engine import Engine
+from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
+
+DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("viz", help="HTML report (memory, liveness, program, cycles)",
+                                 description=__doc__.splitlines()[0])
+    add_layer_flags(parser)
+    parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
+                        "stdin) instead of the GRU layer; only --backend may go with it")
+    parser.add_argument("--format", choices=("html", "dot"), default="html",
+                        help="html report or DOT dataflow graph (default: html)")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="plan and report memory; do not run (no cycles)")
+    parser.add_argument("-o", "--output", metavar="OUT",
+                        help="output file, - for stdout (default: report.html for html, stdout "
+                             "for dot)")
+    parser.set_defaults(run=run)
+
+
+def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, bool]:
+    """The report's title, the compiled (and unless ``--compile-only``, run) engine, and whether
+    the layer's check passed (True when nothing was checked)."""
+    config = config_from(args)
+    if args.input is not None:
+        status.show(f"reading {args.input} ...")
+        module = read_module(args.input)
+        title = f"gruc module {args.input}"
+    else:
+        status.show("building the layer ...")
+        layer = build_layer(config)
+        title = (f"gruc GRU layer S={config.sequence_size} B={config.batch_size} "
+                 f"I={config.input_size} H={config.output_size} {config.data_type}")
+        if not args.compile_only:
+            status.show("compiling and running on the simulated IPU ...")
+            result = run_layer(config, layer)
+            return title, result.engine, result.passed
+        module = Module(layer.graph, layer.programs)
+    status.show("compiling ...")
+    engine = Engine(module.graph, module.programs, backend=config.backend)
+    if module.programs and not args.compile_only:
+        status.show("running on the simulated IPU ...")
+        engine.run(0)
+    return title, engine, True
+
+
+def run(args: argparse.Namespace) -> int:
+    given = [flag for flag, field, _, _ in FLAGS if field != "backend"
+             and getattr(args, field) is not None]
+    if args.input is not None and given:
+        raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
+    output = args.output or DEFAULT_OUTPUT[args.format]
+    if args.format == "dot":
+        if args.input is not None:
+            module = read_module(args.input)
+        else:
+            layer = build_layer(config_from(args))
+            module = Module(layer.graph, layer.programs)
+        write_output(dataflow_dot(module), output)
+        return 0
+    with StatusLine() as status:
+        title, engine, passed = _engine(args, status)
+        status.show("drawing the report ...")
+        page = html_report(engine, title)
+    write_output(page, output)
+    if output != "-":
+        print(f"report            {output} ({len(page) / 1024:.1f} KiB)")
+        if not passed:
+            print("check             FAILED against the float64 reference")
+    return 0 if passed else 1
