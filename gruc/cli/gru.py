@@ -11,8 +11,6 @@ import argparse
 import os
 import time
 
-from gruc.popnn.gru import (get_basic_gru_cell_bwd_flops, get_basic_gru_cell_fwd_flops,
-                            get_basic_gru_cell_wu_flops)
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
 
@@ -92,14 +90,6 @@ def register(commands) -> None:
     parser.set_defaults(run=run)
 
 
-def _flops(config: GruLayerConfig, layer) -> int:
-    fwd = get_basic_gru_cell_fwd_flops(layer.params)
-    if config.phase == "fwd":
-        return fwd
-    bwd = fwd + get_basic_gru_cell_bwd_flops(layer.params)
-    return bwd if config.phase == "bwd" else bwd + get_basic_gru_cell_wu_flops(layer.params)
-
-
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
     print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
@@ -121,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {line}")
     print(f"shards            {layer.num_shards}")
     engine.report.print_summary()
-    print(f"FLOPs             {_flops(config, layer)}")
+    print(f"FLOPs             {layer.flops()}")
     print(f"build / compile   {built:.3f} s / {compile_seconds:.3f} s"
           + ("" if run_seconds is None else f"; run {run_seconds:.3f} s"))
     if args.profile:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,11 @@ TABLE_ROWS = 40
 
 def register(commands) -> None:
     parser = commands.add_parser("plan", help="plan-only sweeps of GRU layer flags",
-                                 description=__doc__.splitlines()[0])
+                                 description=__doc__.replace("``", "'"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = GruLayerConfig()
     for flag, field, _, text in PLAN_FLAGS:
-        parser.add_argument(flag, dest=field, default=None, metavar="V|A,B|A:B[:STEP]",
+        parser.add_argument(flag, dest=field, default=None, metavar="VALUES",
                             help=f"{text} (default: {getattr(defaults, field)})")
     parser.add_argument("--pipeline", metavar="PIPELINE",
                         help="pass pipeline to compile with, as `gruc opt -p` (default: the "
@@ -112,6 +114,15 @@ def _choose(rows: list[dict[str, Any]], index: int | None) -> dict[str, Any] | N
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _study(args)
+    except KeyboardInterrupt:
+        print(f"gruc plan: interrupted; the finished rows are in {args.out}; run the same "
+              "command again to go on", file=sys.stderr)
+        return 130
+
+
+def _study(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     out = Path(args.out)
     if args.find_max:

@@ -125,6 +125,16 @@ class GruLayer:
     writes: dict[str, Tensor] = field(default_factory=dict)
     reads: dict[str, Tensor] = field(default_factory=dict)
 
+    def flops(self) -> int:
+        """poplibs' FLOP estimate of the layer's phase (``bwd`` adds the backward pass, ``wu`` and
+        ``all`` the weight update too)."""
+        total = gru.get_basic_gru_cell_fwd_flops(self.params)
+        if self.config.phase != "fwd":
+            total += gru.get_basic_gru_cell_bwd_flops(self.params)
+        if self.config.phase in ("wu", "all"):
+            total += gru.get_basic_gru_cell_wu_flops(self.params)
+        return total
+
 
 def build_layer(config: GruLayerConfig) -> GruLayer:
     """Build the layer's graph and its program (nothing compiled yet)."""

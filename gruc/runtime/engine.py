@@ -1,16 +1,19 @@
 """The Engine: compile a graph's programs for the simulated IPU, run them, move tensors to and from
 the host, and report memory and cycles (Poplar's ``Engine``).
 
-Compiling runs the pass pipeline, verifies the module, plans tile memory, lowers every step to
+Compiling runs the pass pipeline (``gruc.passes.DEFAULT_PIPELINE`` unless another is given;
+``pipeline=""`` runs none), verifies the module, plans tile memory, lowers every step to
 memory addresses and estimates each step's cost.  Running executes on the simulated tile memory
 with the chosen backend — ``"numba"`` (compiled kernels, the default) or ``"numpy"`` (the reference
 interpreter) — and counts executed steps, which the report turns into cycles and exchange bytes.
+:func:`compile_program` is the compile without lowering, for plan-only studies (:mod:`gruc.plan`).
 Several programs share one device state, as on the IPU.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -20,15 +23,55 @@ from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import verify
-from gruc.passes.plan_memory import plan_memory
+from gruc.passes.plan_memory import MemoryPlan, plan_memory
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
-from gruc.runtime.cost import step_costs
+from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.interp import Interpreter, numpy_copy
 from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
 
 BACKENDS = ("numba", "numpy")
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledProgram:
+    """Everything compiling decides before lowering: the module after the pipeline, its memory
+    plan and the static cost of one execution of each step."""
+
+    module: Module
+    plan: MemoryPlan
+    costs: tuple[StepCost, ...]
+    seconds: float
+
+
+def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
+                    pipeline: str | None = None, strict_memory: bool = False) -> CompiledProgram:
+    """Run the pipeline, verify, plan memory and cost every step — without lowering to addresses.
+
+    This is the part of an :class:`Engine`'s compile that its report depends on; planning studies
+    (:mod:`gruc.plan`) call it alone, since lowering and kernel preparation only serve running.
+    """
+    if isinstance(programs, Program):
+        programs = [programs]
+    start = time.perf_counter()
+    module = Module(graph, list(programs))
+    if pipeline is None:
+        from gruc.passes import DEFAULT_PIPELINE
+
+        pipeline = DEFAULT_PIPELINE
+    if pipeline:
+        from gruc.passes.pipeline import run_pipeline
+
+        module = run_pipeline(module, pipeline).module
+    verify(module)
+    plan = plan_memory(module)
+    if strict_memory and not plan.fits:
+        worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
+        raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
+                              f"tile(s) over capacity in all")
+    costs = step_costs(module.graph, plan.liveness.steps)
+    return CompiledProgram(module, plan, costs, time.perf_counter() - start)
 
 
 class Engine:
@@ -39,24 +82,13 @@ class Engine:
                  backend: str = "numba") -> None:
         if backend not in BACKENDS:
             raise GrucValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-        if isinstance(programs, Program):
-            programs = [programs]
         start = time.perf_counter()
-        module = Module(graph, list(programs))
-        if pipeline:
-            from gruc.passes.pipeline import run_pipeline
-
-            module = run_pipeline(module, pipeline).module
-        verify(module)
-        plan = plan_memory(module)
-        if strict_memory and not plan.fits:
-            worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
-            raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
-                                  f"tile(s) over capacity in all")
+        compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory)
+        module, plan = compiled.module, compiled.plan
         self.module = module
         self.plan = plan
         self.executable = lower(module, plan)
-        self.costs = step_costs(module.graph, plan.liveness.steps)
+        self.costs = compiled.costs
         self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
         for operand, values in self.executable.constants:
             self.memory.write(operand, values)

@@ -2,7 +2,9 @@
 
 A :class:`Report` reads the memory plan (bytes per tile, by liveness category), the static step
 costs and the step execution counts the engine has accumulated over its runs.  Before any run it
-is a *plan-only* report: memory is complete, cycles are those of the runs so far (none).  The JSON
+is a *plan-only* report: memory is complete, cycles are those of the runs so far (none);
+:mod:`gruc.plan` builds reports whose counts are derived from the program tree instead, equal to
+those of a run.  The JSON
 form uses the names PopVision users know: always-live and not-always-live bytes by tile, total
 memory including gaps, and cycles split into compute, exchange and sync.
 """

@@ -1,0 +1,115 @@
+"""Planning studies: plan-only time per configuration, where it goes, and sweep throughput.
+
+* Plan-only seconds per configuration (median) of a B x I x H = 16 x 2 x 8 layer (S = 20) on 20
+  tiles and of a 64 x 256 x 256, S = 100 layer on an ipu2 (target: <= 1 s), with the engine's
+  default pipeline (what a run compiles) and with none (``--pipeline ''``).
+* The ipu2 layer's time by phase: build, each pass of the default pipeline, verify, liveness +
+  memory plan, step costs, static step counts — and the lowering a run adds on top, which
+  plan-only skips.
+* Sweep throughput in configurations per minute, serial and on a local pool of two processes
+  (worker start-up included), for small layers on 20 tiles and for ipu2 layers.
+
+Writes ``benchmarks/results/plan.json``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+from _common import median_seconds, write_result
+from gruc.ir.module import Module
+from gruc.ir.verify import verify
+from gruc.passes import DEFAULT_PIPELINE
+from gruc.passes.pipeline import run_pipeline
+from gruc.passes.plan_memory import plan_memory
+from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, plan_layer,
+                       run_sweep)
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.runtime.cost import step_costs
+from gruc.runtime.lower import lower
+
+SMALL = GruLayerConfig(batch_size=16, input_size=2, output_size=8, sequence_size=20,
+                       tiles_per_ipu=20)
+IPU2 = GruLayerConfig(batch_size=64, input_size=256, output_size=256, sequence_size=100)
+
+SMALL_SWEEP = SweepSpec(fixed={"input_size": 2, "tiles_per_ipu": 20},
+                        swept={"batch_size": (4, 8, 16, 32), "output_size": (8, 16, 32),
+                               "sequence_size": (10, 20), "shards": (1, 2)})
+IPU2_SWEEP = SweepSpec(fixed={"input_size": 256, "sequence_size": 100},
+                       swept={"batch_size": (16, 64), "output_size": (128, 256),
+                              "shards": (1, 2)})
+IPU2_SWEEP_DEFAULT_PIPELINE = SweepSpec(fixed={"input_size": 256, "output_size": 256,
+                                               "sequence_size": 100},
+                                        swept={"batch_size": (16, 64), "shards": (1, 2)})
+
+
+def phases(config: GruLayerConfig, repeats: int = 3) -> dict[str, float]:
+    """Median seconds of each compile phase of ``config`` (plan-only ones, then lowering)."""
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, work):
+        begin = time.perf_counter()
+        result = work()
+        times.setdefault(name, []).append(time.perf_counter() - begin)
+        return result
+
+    for _ in range(repeats):
+        layer = timed("build", lambda: build_layer(config))
+        run = run_pipeline(Module(layer.graph, layer.programs), DEFAULT_PIPELINE, time_passes=True)
+        for name, seconds in run.timings:
+            times.setdefault(f"pass {name}", []).append(seconds)
+        module = run.module
+        timed("verify", lambda: verify(module))
+        plan = timed("liveness_and_memory_plan", lambda: plan_memory(module))
+        timed("step_costs", lambda: step_costs(module.graph, plan.liveness.steps))
+        timed("static_counts", lambda: StaticProgram(module, plan.liveness.steps).step_counts())
+        timed("lowering_skipped_by_plan_only", lambda: lower(module, plan))
+    return {name: round(statistics.median(values), 4) for name, values in times.items()}
+
+
+def throughput(spec: SweepSpec, executor) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            result = run_sweep(spec, out, executor=executor, progress=False)
+        finally:
+            executor.close()
+    return {"configurations": result.computed, "seconds": round(result.seconds, 3),
+            "configurations_per_minute": round(result.configs_per_minute, 1)}
+
+
+def main() -> None:
+    plan_layer(SMALL)  # imports and first-call costs out of the way
+    per_configuration = {}
+    for name, config, repeats in [("16x2x8_S20_on_20_tiles", SMALL, 5),
+                                  ("64x256x256_S100_on_ipu2", IPU2, 3)]:
+        for label, pipeline in [("default_pipeline", None), ("no_pipeline", "")]:
+            seconds = median_seconds(lambda: plan_layer(config, pipeline), repeats=repeats)
+            per_configuration[f"{name}/{label}"] = round(seconds, 4)
+    no_pipeline = IPU2_SWEEP.model_copy(update={"pipeline": ""})
+    result = {
+        "plan_only_seconds_per_configuration": per_configuration,
+        "target_seconds_ipu2": 1.0,
+        "ipu2_phases_seconds": phases(IPU2),
+        "sweeps": {
+            "small_20_tiles/serial": throughput(SMALL_SWEEP, SerialExecutor()),
+            "small_20_tiles/pool_2": throughput(SMALL_SWEEP, ProcessExecutor(2)),
+            "ipu2_no_pipeline/serial": throughput(no_pipeline, SerialExecutor()),
+            "ipu2_no_pipeline/pool_2": throughput(no_pipeline, ProcessExecutor(2)),
+            "ipu2/serial": throughput(IPU2_SWEEP_DEFAULT_PIPELINE, SerialExecutor()),
+            "ipu2/pool_2": throughput(IPU2_SWEEP_DEFAULT_PIPELINE, ProcessExecutor(2)),
+        },
+    }
+    path = write_result("plan", result)
+    for name, seconds in per_configuration.items():
+        print(f"plan-only {name}: {seconds:.3f} s per configuration")
+    print(f"ipu2 phases: {result['ipu2_phases_seconds']}")
+    for name, sweep in result["sweeps"].items():
+        print(f"sweep {name}: {sweep['configurations']} configurations in {sweep['seconds']} s = "
+              f"{sweep['configurations_per_minute']} per minute")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Planning studies: tile memory, exchange and cycles of GRU layers across many configurations,
+without running them (SPEC I5).
+
+* :func:`plan_layer` / :func:`plan_program`: the report a run would give, from compile + memory
+  plan + static step counts (:mod:`gruc.plan.static`), with no lowering, kernels or execution.
+* :class:`SweepSpec` + :func:`run_sweep`: the cross product of layer flags, one row per
+  configuration in ``rows.csv`` / ``rows.json``, resumable, on a local process pool, serially or
+  on Dask (:mod:`gruc.plan.executors`).
+* :func:`find_max`: the largest value of one flag that still fits.
+* :func:`plot_metrics`, :func:`plot_tile_heatmap`: PNG figures with capacity lines.
+"""
+
+from gruc.plan.executors import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
+from gruc.plan.grid import SweepSpec, parse_values
+from gruc.plan.layer import ROW_COLUMNS, LayerPlan, config_key, plan_layer, plan_row
+from gruc.plan.plots import plot_metrics, plot_tile_heatmap
+from gruc.plan.rows import RowStore
+from gruc.plan.search import FindMaxResult, find_max
+from gruc.plan.static import StaticProgram, plan_program, plan_report
+from gruc.plan.sweep import SweepResult, run_sweep
+
+__all__ = [
+    "plan_layer", "plan_row", "plan_program", "plan_report", "StaticProgram", "LayerPlan",
+    "config_key", "ROW_COLUMNS", "SweepSpec", "parse_values", "run_sweep", "SweepResult",
+    "RowStore", "find_max", "FindMaxResult", "make_executor", "SerialExecutor",
+    "ProcessExecutor", "DaskExecutor", "plot_metrics", "plot_tile_heatmap",
+]

@@ -1,0 +1,136 @@
+"""Sweep grids: which layer flags vary, over which values, and the configurations they make.
+
+A :class:`SweepSpec` holds fixed layer flags and swept ones (each with a tuple of values); its
+configurations are the cross product, first swept flag outermost, each validated as a
+:class:`~gruc.popnn.gru_layer.GruLayerConfig`.  :func:`parse_values` reads one flag's values from
+the command line:
+
+* a list ``1,4,16``;
+* a range ``START:STOP`` or ``START:STOP:STEP`` — **inclusive** of ``STOP`` when the steps land on
+  it (``128:1024:128`` is 128, 256, ..., 1024; ``1:10:4`` is 1, 5, 9), like the value lists people
+  write by hand; a negative step counts down; float flags take float ranges;
+* flags whose single value is already a comma list (``--cell-order``, ``--variable-time-steps``)
+  separate alternatives with ``/``: ``--variable-time-steps 97,67,87/50,50,50``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from typing import Any, Callable
+
+from pydantic import Field, model_validator
+
+from gruc.errors import GrucValueError
+from gruc.plan.layer import PLAN_IGNORED, effective_pipeline
+from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.validated import GrucModel
+
+TUPLE_FIELDS = ("cell_order", "variable_time_steps")
+"""Layer flags whose one value is a comma list; their alternatives are separated by ``/``."""
+
+MAX_CONFIGURATIONS = 1_000_000
+"""A grid larger than this is almost surely a typo in a range (and would not finish anyway)."""
+
+
+class SweepSpec(GrucModel):
+    """A planning sweep over GRU layer flags (``GruLayerConfig`` field names)."""
+
+    fixed: dict[str, Any] = Field(default_factory=dict,
+                                  description="Flags every configuration shares.")
+    swept: dict[str, tuple[Any, ...]] = Field(
+        default_factory=dict, description="Flags to sweep, each with its values (in order); the "
+                                          "cross product is swept, the first flag outermost.")
+    pipeline: str | None = Field(
+        None, description="Pass pipeline to compile with (None: the engine's default; '': none).")
+
+    @model_validator(mode="after")
+    def _known_flags(self) -> "SweepSpec":
+        allowed = [f for f in GruLayerConfig.model_fields if f not in PLAN_IGNORED]
+        for name in [*self.fixed, *self.swept]:
+            if name not in allowed:
+                raise ValueError(f"{name!r} is not a layer flag a plan depends on; flags: "
+                                 f"{', '.join(allowed)}")
+        both = sorted(set(self.fixed) & set(self.swept))
+        if both:
+            raise ValueError(f"flags {both} are both fixed and swept")
+        empty = [name for name, values in self.swept.items() if not values]
+        if empty:
+            raise ValueError(f"swept flags {empty} have no values")
+        effective_pipeline(self.pipeline)  # a pipeline that does not parse is refused here
+        size = 1
+        for values in self.swept.values():
+            size *= len(values)
+        if size > MAX_CONFIGURATIONS:
+            raise ValueError(f"the grid has {size} configurations, more than "
+                             f"{MAX_CONFIGURATIONS}; check the ranges")
+        return self
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The swept flags, in grid order (the leading columns of every row)."""
+        return tuple(self.swept)
+
+    def configs(self) -> list[GruLayerConfig]:
+        """Every configuration of the grid, validated; a combination the layer refuses raises
+        :class:`~gruc.errors.GrucValueError` naming it."""
+        result = []
+        for combo in itertools.product(*self.swept.values()):
+            values = dict(zip(self.swept, combo))
+            try:
+                result.append(GruLayerConfig(**self.fixed, **values))
+            except GrucValueError as error:
+                named = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the fixed flags"
+                raise type(error)(f"configuration {named}: {error}") from None
+        return result
+
+    def with_value(self, name: str, value: Any) -> "SweepSpec":
+        """This sweep with flag ``name`` fixed to ``value`` (no longer swept)."""
+        swept = {k: v for k, v in self.swept.items() if k != name}
+        return SweepSpec(fixed={**self.fixed, name: value}, swept=swept, pipeline=self.pipeline)
+
+
+def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
+        raise GrucValueError(f"{flag} range {text!r} must be START:STOP or START:STOP:STEP")
+    if convert not in (int, float):
+        raise GrucValueError(f"{flag} takes no ranges ({text!r}); give a list like a,b,c")
+    try:
+        start, stop = convert(parts[0]), convert(parts[1])
+        step = convert(parts[2]) if len(parts) == 3 else convert("1")
+    except ValueError:
+        raise GrucValueError(f"{flag} range {text!r} needs {convert.__name__} bounds and step") \
+            from None
+    if step == 0:
+        raise GrucValueError(f"{flag} range {text!r} has step 0")
+    count = math.floor((stop - start) / step + 1e-9) + 1
+    if count < 1:
+        raise GrucValueError(f"{flag} range {text!r} is empty (STOP is behind START for STEP "
+                             f"{step})")
+    if count > MAX_CONFIGURATIONS:
+        raise GrucValueError(f"{flag} range {text!r} has {count} values; check it")
+    if convert is int:
+        return tuple(start + k * step for k in range(count))
+    return tuple(round(start + k * step, 12) for k in range(count))
+
+
+def parse_values(text: str, convert: Callable[[str], Any], *, flag: str,
+                 tuple_valued: bool = False) -> tuple:
+    """The values of one flag from its command-line text (see the module doc for the forms)."""
+    text = text.strip()
+    if not tuple_valued and ":" in text:
+        return _number_range(text, convert, flag)
+    separator = "/" if tuple_valued else ","
+    parts = [part.strip() for part in text.split(separator)]
+    if not all(parts):
+        raise GrucValueError(f"{flag} value {text!r} has an empty item; write "
+                             f"a{separator}b{separator}c")
+    values = []
+    for part in parts:
+        try:
+            values.append(convert(part))
+        except (ValueError, argparse.ArgumentTypeError) as error:
+            raise GrucValueError(f"{flag} value {part!r}: {error}") from None
+    return tuple(values)

@@ -1,0 +1,184 @@
+"""Plan-only GRU layers: the report a run of ``gruc gru`` would give, without running it.
+
+:func:`plan_layer` builds the layer exactly as :func:`~gruc.popnn.gru_layer.run_layer` does,
+compiles it with the same pipeline (the engine's default unless told otherwise) up to the memory
+plan and step costs — no lowering, no kernels — and counts steps statically
+(:mod:`gruc.plan.static`).  The only data-dependent control flow of the layer is the time loop of
+each shard when rows have lengths (``--variable-time-steps`` or ``--with-real-time-steps``): a
+``RepeatWhileTrue`` that runs ``clamp(max(lengths) - begin, 0, steps)`` times for a shard of
+``steps`` steps starting at ``begin`` — the loop limit the layer itself computes on tile 0, in
+either direction.  The layer's program holds one forward time loop per shard (shards in order)
+and, for the training phases, one or two reverse loops per shard (shards in reverse order).  The
+lengths are the ones a run writes: the flag's values, or for real time steps the seeded random
+lengths of :func:`~gruc.popnn.gru_layer.host_data` — so the plan equals the run exactly, not
+under a maximum-length assumption.
+
+:func:`plan_row` flattens a plan into one sweep row (:data:`ROW_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+import gruc
+from gruc.errors import GrucError, GrucProgramError
+from gruc.ops.rnn_geometry import shard_time_bounds
+from gruc.passes import DEFAULT_PIPELINE
+from gruc.passes.liveness import Step
+from gruc.passes.pipeline import parse_pipeline
+from gruc.plan.static import StaticProgram, plan_report
+from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
+from gruc.runtime.engine import compile_program
+from gruc.runtime.report import Report
+from gruc.target import Target
+
+PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance")
+"""Layer flags that change how a layer runs or is checked, never its plan."""
+
+ROW_COLUMNS = (
+    "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_memory", "shards_chosen",
+    "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
+    "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
+    "not_always_live_max_bytes", "exchange_bytes", "cycles_compute", "cycles_exchange",
+    "cycles_sync", "cycles_total", "flops", "build_seconds", "compile_seconds", "gruc_version",
+    "error",
+)
+"""Columns of a sweep row after the swept parameters; ``config`` (the canonical JSON of the
+layer's flags and the pipeline) is the row's key.  Totals are over all tiles; ``*_seconds`` are
+host times."""
+
+TIMING_COLUMNS = ("build_seconds", "compile_seconds")
+"""Columns that vary from one computation of a row to the next."""
+
+
+def effective_pipeline(pipeline: str | None) -> str:
+    """The pipeline a compile runs: ``pipeline``, or the engine's default for None."""
+    if pipeline is None:
+        return DEFAULT_PIPELINE
+    parse_pipeline(pipeline)  # a bad pipeline is refused before any work
+    return pipeline
+
+
+def config_key(config: GruLayerConfig, pipeline: str | None = None) -> str:
+    """The canonical text of what decides a plan — the flags and the pipeline: a row's key."""
+    flags = {k: v for k, v in config.model_dump(mode="json").items() if k not in PLAN_IGNORED}
+    flags["pipeline"] = effective_pipeline(pipeline)
+    return json.dumps(flags, sort_keys=True, separators=(",", ":"))
+
+
+def run_lengths(config: GruLayerConfig) -> np.ndarray | None:
+    """The row lengths a run of the layer writes (None when the layer has no lengths)."""
+    if config.variable_time_steps is not None:
+        return np.asarray(config.variable_time_steps, dtype=np.int64)
+    if config.with_real_time_steps:
+        return host_data(config)[1]
+    return None
+
+
+def shard_trips(config: GruLayerConfig, lengths: np.ndarray, num_shards: int) -> list[int]:
+    """Trip count of each shard's time loop, in shard order, for rows of ``lengths``."""
+    longest = min(int(np.max(lengths)), config.sequence_size)
+    return [min(max(longest - begin, 0), end - begin)
+            for begin, end in shard_time_bounds(config.sequence_size, num_shards)]
+
+
+def loop_trips(config: GruLayerConfig, layer: GruLayer, loops: Sequence[Step],
+               lengths: np.ndarray) -> dict[int, int]:
+    """Trip count of each time loop of the layer's program (``loops``, in program order)."""
+    shards = layer.num_shards
+    if not loops or len(loops) % shards:
+        raise GrucProgramError(f"internal error: the layer has {len(loops)} time loops, not a "
+                               f"multiple of its {shards} shards")
+    forward = shard_trips(config, lengths, shards)
+    in_order = forward + forward[::-1] * (len(loops) // shards - 1)
+    return {step.index: trips for step, trips in zip(loops, in_order)}
+
+
+@dataclass
+class LayerPlan:
+    """A plan-only layer: what was built and the report a run would produce."""
+
+    config: GruLayerConfig
+    pipeline: str
+    """The pipeline the layer was compiled with."""
+    layer: GruLayer
+    report: Report
+    build_seconds: float
+    compile_seconds: float
+
+    def row(self, swept: Sequence[str] = ()) -> dict[str, Any]:
+        """One sweep row: the ``swept`` parameters, then :data:`ROW_COLUMNS`."""
+        report, target = self.report, self.report.target
+        cycles = report.cycles
+        first = min(report.tiles_over_capacity, key=lambda o: o.tile, default=None)
+        values = {
+            "shards_chosen": self.layer.num_shards, "fits": report.fits,
+            "tiles_over_capacity": len(report.tiles_over_capacity),
+            "first_overflow_tile": None if first is None else first.tile,
+            "first_overflow_bytes": None if first is None else first.bytes,
+            "first_overflow_tensors": None if first is None else ", ".join(
+                f"{name} ({nbytes} B)" for name, nbytes in first.largest),
+            "max_tile_bytes": report.max_tile_bytes,
+            "tiles_used": int(np.count_nonzero(report.total_bytes)),
+            "always_live_bytes": int(report.always_live_bytes.sum()),
+            "not_always_live_max_bytes": int(report.not_always_live_max_bytes.sum()),
+            "exchange_bytes": report.exchange_bytes,
+            "cycles_compute": cycles.compute, "cycles_exchange": cycles.exchange,
+            "cycles_sync": cycles.sync, "cycles_total": cycles.total,
+            "flops": self.layer.flops(),
+            "build_seconds": round(self.build_seconds, 4),
+            "compile_seconds": round(self.compile_seconds, 4),
+        }
+        return _row(self.config, self.pipeline, swept, target, values)
+
+
+def _row(config: GruLayerConfig, pipeline: str | None, swept: Sequence[str], target: Target,
+         values: dict[str, Any]) -> dict[str, Any]:
+    row = parameter_values(config, swept)
+    row.update({"config": config_key(config, pipeline), "pipeline": effective_pipeline(pipeline),
+                "target": target.name, "tiles": target.num_tiles,
+                "bytes_per_tile": target.bytes_per_tile, "total_memory": target.total_memory})
+    for column in ROW_COLUMNS[6:]:
+        row[column] = values.get(column)
+    row["gruc_version"] = gruc.__version__
+    return row
+
+
+def parameter_values(config: GruLayerConfig, names: Sequence[str]) -> dict[str, Any]:
+    """The flags ``names`` of ``config`` as a row holds them (tuples become lists, as in JSON)."""
+    values = {name: getattr(config, name) for name in names}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan:
+    """Build and compile the layer of ``config`` and report it as one run would, without running
+    (``pipeline``: as :class:`~gruc.runtime.engine.Engine`'s; None runs the engine's default)."""
+    pipeline = effective_pipeline(pipeline)
+    start = time.perf_counter()
+    layer = build_layer(config)
+    built = time.perf_counter()
+    compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline)
+    static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
+    lengths = run_lengths(config)
+    trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
+    counts = static.step_counts((0,), trips=trips)
+    report = plan_report(compiled, counts, time.perf_counter() - built)
+    return LayerPlan(config, pipeline, layer, report, built - start, report.compile_seconds)
+
+
+def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),
+             pipeline: str | None = None) -> dict[str, Any]:
+    """:meth:`LayerPlan.row` of ``config``; a configuration gruc refuses (a ``GrucError`` while
+    building or planning, e.g. more shards than the target allows) gives a row whose ``error``
+    says why, so a sweep records it once and moves on."""
+    try:
+        return plan_layer(config, pipeline).row(swept)
+    except GrucError as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return _row(config, pipeline, swept, config.target(),
+                    {"error": f"{type(error).__name__}: {message}"})

@@ -1,0 +1,101 @@
+"""Sweep rows on disk: ``rows.json`` and ``rows.csv`` in the output directory, kept in step.
+
+Why this shape: a sweep may run for hours and be interrupted at any moment, so every finished row
+is written at once, and both files are replaced atomically
+(:func:`~gruc.runtime.report.write_text_atomically`): a reader — or a killed sweep's next run —
+sees the previous complete set of rows or the new one, never a torn file.  ``rows.json`` is the
+record the next run resumes from: rows are keyed by their ``config`` column (the canonical flags
+of the configuration), so a configuration already there is not computed again, whatever the grid
+it came from.  One sweep at a time per directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gruc.errors import GrucValueError
+from gruc.runtime.report import write_text_atomically
+
+JSON_NAME = "rows.json"
+CSV_NAME = "rows.csv"
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+class RowStore:
+    """The rows of one output directory, loaded from ``rows.json`` if a previous run left one."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise GrucValueError(f"output directory {str(self.directory)!r} is a file")
+        self.rows: list[dict[str, Any]] = []
+        self._by_key: dict[str, dict[str, Any]] = {}
+        path = self.json_path
+        if path.exists():
+            try:
+                loaded = json.loads(path.read_text())
+            except json.JSONDecodeError as error:
+                raise GrucValueError(f"{path} is not a rows file gruc wrote ({error}); move it "
+                                     "away or choose another --out") from None
+            if not isinstance(loaded, list) or not all(isinstance(r, dict) and "config" in r
+                                                       for r in loaded):
+                raise GrucValueError(f"{path} is not a rows file gruc wrote (a JSON list of rows "
+                                     "with a 'config' key); move it away or choose another --out")
+            for row in loaded:
+                self._remember(row)
+
+    @property
+    def json_path(self) -> Path:
+        return self.directory / JSON_NAME
+
+    @property
+    def csv_path(self) -> Path:
+        return self.directory / CSV_NAME
+
+    def _remember(self, row: dict[str, Any]) -> None:
+        if row["config"] in self._by_key:
+            raise GrucValueError(f"two rows for one configuration: {row['config']}")
+        self.rows.append(row)
+        self._by_key[row["config"]] = row
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._by_key
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._by_key.get(key)
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Keep ``row`` and rewrite both files (atomically) with it."""
+        self._remember(row)
+        self.write()
+
+    def columns(self) -> list[str]:
+        """Every key of every row, in first-seen order (swept parameters lead each row)."""
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            seen.update(dict.fromkeys(row))
+        return list(seen)
+
+    def write(self) -> None:
+        write_text_atomically(self.json_path, json.dumps(self.rows, indent=1))
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self.columns(), lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+        write_text_atomically(self.csv_path, buffer.getvalue())

@@ -1,0 +1,161 @@
+"""``--find-max FLAG``: the largest value of one integer layer flag that still fits in tile memory.
+
+Why a search and not a scan: the answer can be in the thousands (a batch size on an ipu2) and a
+plan costs up to seconds, so the value is bracketed by doubling from the start value (the flag's
+fixed value, else 1) until a plan does not fit, then pinned by bisection — about
+``2 log2(answer)`` plans.  This assumes fitting is monotone in the flag (fits up to some value,
+never again after), which holds for the sizes of a layer *at a fixed shard count*: with poplibs'
+shard heuristic (no ``--shards``) a longer sequence may get more shards and fit again, so fix
+``--shards`` when searching the sequence length.  A flag where more is better (tiles per IPU)
+just runs to the ``limit``.  A value gruc refuses (a configuration error, or more shards than
+the target has room for) counts as not fitting, and the result says why.
+
+Every plan the search makes is a row in the output directory like a sweep's (resumable the same
+way); each point of the grid of the *other* swept flags gets its own search.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gruc.errors import GrucValueError
+from gruc.plan.grid import SweepSpec
+from gruc.plan.layer import config_key, plan_row
+from gruc.plan.rows import RowStore
+from gruc.plan.sweep import Progress
+from gruc.popnn.gru_layer import GruLayerConfig
+
+SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",
+              "tiles_per_ipu", "ipus")
+"""Integer layer flags ``find_max`` can search."""
+
+DEFAULT_LIMIT = 1 << 20
+"""Largest value the search tries unless told otherwise."""
+
+
+@dataclass
+class FindMaxResult:
+    """The outcome of one search: ``value`` fits and ``value + 1`` does not."""
+
+    flag: str
+    point: dict[str, Any]
+    """The values of the other swept flags at this grid point."""
+    value: int | None
+    """Largest fitting value (None: not even the start value fits)."""
+    fitting: dict[str, Any] | None
+    """Row of ``value``."""
+    failing: dict[str, Any] | None
+    """Row of ``value + 1`` — or of the start value if nothing fits; None if ``value`` is the
+    limit."""
+    probes: list[dict[str, Any]]
+    """Every row the search looked at (planned now or found in the output directory), by value;
+    values gruc refused as configurations are left out."""
+
+    def describe(self) -> str:
+        where = "".join(f" {k}={v}" for k, v in self.point.items())
+        if self.value is None:
+            head = f"{self.flag}{where}: nothing fits, not even {self.failing[self.flag]}"
+        else:
+            head = (f"{self.flag}{where}: largest that fits = {self.value} "
+                    f"(max tile {self.fitting['max_tile_bytes']} B of "
+                    f"{self.fitting['bytes_per_tile']} B)")
+        if self.failing is None:
+            return f"{head}; still fits at the search limit"
+        failing = self.failing
+        at = f"at {failing[self.flag]}" if self.flag in failing else "past it"
+        if failing.get("error"):
+            return f"{head}; {at}: {failing['error']}"
+        return (f"{head}; {at}: tile {failing['first_overflow_tile']} needs "
+                f"{failing['first_overflow_bytes']} B of {failing['bytes_per_tile']} B (largest "
+                f"tensors there: {failing['first_overflow_tensors']}); "
+                f"{failing['tiles_over_capacity']} tiles over capacity")
+
+
+def _fits(row: dict[str, Any]) -> bool:
+    return row.get("fits") is True
+
+
+def _bracket(evaluate: Callable[[int], dict[str, Any]], low: int, limit: int
+             ) -> tuple[int | None, int | None]:
+    """``(largest fitting, smallest failing)`` with failing = fitting + 1 (None for absent)."""
+    if not _fits(evaluate(low)):
+        return None, low
+    good, bad = low, None
+    while bad is None:  # exponential: double until a plan does not fit
+        if good >= limit:
+            return good, None
+        probe = min(2 * good, limit)
+        if _fits(evaluate(probe)):
+            good = probe
+        else:
+            bad = probe
+    while bad - good > 1:  # binary: keep good fitting and bad failing
+        middle = (good + bad) // 2
+        if _fits(evaluate(middle)):
+            good = middle
+        else:
+            bad = middle
+    return good, bad
+
+
+def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int = DEFAULT_LIMIT,
+             progress: bool | None = None) -> list[FindMaxResult]:
+    """For each point of ``spec``'s grid, the largest value of ``flag`` that fits (see module)."""
+    if flag not in SEARCHABLE:
+        raise GrucValueError(f"cannot search flag {flag!r}; searchable flags: "
+                             f"{', '.join(SEARCHABLE)}")
+    if flag in spec.swept:
+        raise GrucValueError(f"{flag!r} is both searched and swept; give it one start value or "
+                             "none")
+    low = spec.fixed.get(flag)
+    low = 1 if low is None else low
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < low:
+        raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
+                             f"{low}")
+    base = SweepSpec(fixed={k: v for k, v in spec.fixed.items() if k != flag}, swept=spec.swept,
+                     pipeline=spec.pipeline)
+    swept = (*spec.parameters, flag)
+    store = RowStore(out)
+    bar = Progress(None, enabled=progress)  # the number of plans is not known in advance
+    results = []
+    plans = 0
+    try:
+        for point_config in base.configs():
+            point = {name: getattr(point_config, name) for name in spec.parameters}
+            seen: dict[int, dict[str, Any]] = {}
+
+            def evaluate(value: int) -> dict[str, Any]:
+                nonlocal plans
+                if value not in seen:
+                    seen[value] = _row_of(point_config, flag, value, swept, spec.pipeline,
+                                          store)
+                    plans += 1
+                    bar.update(plans, f"{flag}={value}")
+                return seen[value]
+
+            value, failing = _bracket(evaluate, low, limit)
+            probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
+            results.append(FindMaxResult(flag, point, value,
+                                         None if value is None else seen[value],
+                                         None if failing is None else seen[failing], probes))
+    finally:
+        bar.close()
+    store.write()
+    return results
+
+
+def _row_of(base: GruLayerConfig, flag: str, value: int, swept: tuple[str, ...],
+            pipeline: str | None, store: RowStore) -> dict[str, Any]:
+    """The stored row of ``base`` with ``flag = value``, planning it if it is not stored yet."""
+    try:
+        config = GruLayerConfig(**{**base.model_dump(), flag: value})
+    except GrucValueError as error:
+        return {flag: value, "fits": None, "error": f"{type(error).__name__}: {error}"}
+    key = config_key(config, pipeline)
+    row = store.get(key)
+    if row is None:
+        row = plan_row(config, swept, pipeline)
+        store.add(row)
+    return row

@@ -1,0 +1,237 @@
+"""Plan-only cycles: how often each step would run, counted from the program tree, not by running.
+
+Why: a run's cycles and exchange bytes are its executed step counts times the static per-step
+costs (:mod:`gruc.runtime.cost`).  A planning study wants those numbers without building device
+memory, preparing kernels or executing anything, so the counts are derived here from the control
+structure alone and give *the same* report as a run of the same program:
+
+* a leaf step (``Execute``, ``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``) runs once each
+  time its parent runs; ``Repeat(n, body)`` multiplies the body's counts by ``n``;
+* ``Call(f)`` adds ``f``'s counts once per call (a function's steps are numbered once and shared
+  by every call site, as in liveness and lowering);
+* data-dependent control flow needs the caller to say what the data would do: the trip count of
+  each ``RepeatWhileTrue`` (its condition and predicate run ``trips + 1`` times, its body
+  ``trips`` times — the interpreter's accounting) and the branch each ``If`` takes, both keyed by
+  the index of the loop's or branch's predicate step.
+
+Steps are numbered exactly as :mod:`gruc.passes.liveness` numbers them (entry programs first, then
+the graph's functions; a ``RepeatWhileTrue`` predicate after its condition), and the walk checks
+each leaf against that numbering, so a disagreement fails loudly instead of shifting counts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence as Seq
+
+import numpy as np
+
+from gruc.errors import GrucProgramError, GrucValueError
+from gruc.ir.graph import Graph
+from gruc.ir.module import Module
+from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.passes.liveness import Step
+from gruc.runtime.engine import CompiledProgram, compile_program
+from gruc.runtime.report import Report
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    step: int
+
+
+@dataclass(frozen=True)
+class _Block:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class _Loop:
+    count: int
+    body: _Block
+
+
+@dataclass(frozen=True)
+class _While:
+    condition: _Block
+    step: int
+    body: _Block
+
+
+@dataclass(frozen=True)
+class _Branch:
+    step: int
+    then: _Block
+    otherwise: _Block
+
+
+@dataclass(frozen=True)
+class _Call:
+    function: int
+
+
+class StaticProgram:
+    """The step-numbered control tree of a compiled module, without any data."""
+
+    def __init__(self, module: Module, steps: Seq[Step]) -> None:
+        self.steps = tuple(steps)
+        self._next = 0
+        graph: Graph = module.graph
+        self._function_index = {id(f): k for k, f in enumerate(graph.functions)}
+        self.programs = tuple(self._block(p) for p in module.programs)
+        self.functions = tuple(self._block(f.program) for f in graph.functions)
+        if self._next != len(self.steps):
+            raise GrucProgramError(f"internal error: the program tree has {self._next} steps, "
+                                   f"the liveness analysis numbered {len(self.steps)}")
+        self.loop_steps = frozenset(s.index for s in self.steps
+                                    if isinstance(s.node, RepeatWhileTrue))
+        self.branch_steps = frozenset(s.index for s in self.steps if isinstance(s.node, If))
+
+    # ---- building -----------------------------------------------------------------------------
+    def _take(self, node: Program) -> int:
+        step = self._next
+        if step >= len(self.steps) or self.steps[step].node is not node:
+            raise GrucProgramError(f"internal error: static counting met {type(node).__name__} "
+                                   "where the liveness analysis numbered a different step")
+        self._next += 1
+        return step
+
+    def _block(self, node: Program) -> _Block:
+        built = self._node(node)
+        return built if isinstance(built, _Block) else _Block((built,))
+
+    def _node(self, node: Program):
+        if isinstance(node, Sequence):
+            return _Block(tuple(self._node(p) for p in node.programs))
+        if isinstance(node, Repeat):
+            return _Loop(node.count, self._block(node.body))
+        if isinstance(node, RepeatWhileTrue):
+            condition = self._block(node.condition)
+            return _While(condition, self._take(node), self._block(node.body))
+        if isinstance(node, If):
+            step = self._take(node)
+            return _Branch(step, self._block(node.then), self._block(node.otherwise))
+        if isinstance(node, Call):
+            return _Call(self._function_index[id(node.function)])
+        if node.children():
+            raise GrucProgramError(f"static counting does not know the program node "
+                                   f"{type(node).__name__} (it has nested programs)")
+        return _Leaf(self._take(node))
+
+    # ---- queries ------------------------------------------------------------------------------
+    def loops(self, program: int = 0) -> list[Step]:
+        """Predicate steps of the ``RepeatWhileTrue`` loops of entry program ``program``, in
+        program order (loops inside called functions are not included)."""
+        found: list[Step] = []
+
+        def visit(item) -> None:
+            if isinstance(item, _While):
+                visit(item.condition)
+                found.append(self.steps[item.step])
+                visit(item.body)
+            elif isinstance(item, _Block):
+                for child in item.items:
+                    visit(child)
+            elif isinstance(item, _Loop):
+                visit(item.body)
+            elif isinstance(item, _Branch):
+                visit(item.then)
+                visit(item.otherwise)
+
+        visit(self.programs[self._program(program)])
+        return found
+
+    def _program(self, program: int) -> int:
+        if not isinstance(program, (int, np.integer)) or not 0 <= program < len(self.programs):
+            raise GrucValueError(f"program {program!r} does not exist; there are programs "
+                                 f"0..{len(self.programs) - 1}")
+        return int(program)
+
+    def step_counts(self, runs: Seq[int] = (0,), *, trips: Mapping[int, int] | None = None,
+                    branches: Mapping[int, bool] | None = None) -> np.ndarray:
+        """Executions of every step over running the entry programs ``runs`` in order."""
+        trips, branches = dict(trips or {}), dict(branches or {})
+        for key, value in trips.items():
+            if key not in self.loop_steps:
+                raise GrucValueError(f"trips names step {key!r}, which is not the predicate of a "
+                                     f"RepeatWhileTrue (those are steps {sorted(self.loop_steps)})")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise GrucValueError(f"trip count {value!r} of the loop at step {key} must be an "
+                                     "integer >= 0")
+        for key in branches:
+            if key not in self.branch_steps:
+                raise GrucValueError(f"branches names step {key!r}, which is not the predicate of "
+                                     f"an If (those are steps {sorted(self.branch_steps)})")
+        counter = _Counter(self, trips, branches)
+        counts = np.zeros(len(self.steps), dtype=np.int64)
+        for program in runs:
+            counter.add(self.programs[self._program(program)], 1, counts)
+        return counts
+
+
+class _Counter:
+    def __init__(self, static: StaticProgram, trips: dict[int, int],
+                 branches: dict[int, bool]) -> None:
+        self.static = static
+        self.trips = trips
+        self.branches = branches
+        self.per_call: dict[int, np.ndarray] = {}
+
+    def _missing(self, step: int, what: str, give: str) -> GrucValueError:
+        where = self.static.steps[step]
+        return GrucValueError(f"{what} at step {step} ({where.where}) depends on data; a plan-only "
+                              f"count needs {give}")
+
+    def add(self, item, times: int, counts: np.ndarray) -> None:
+        if times == 0:
+            return
+        if isinstance(item, _Leaf):
+            counts[item.step] += times
+        elif isinstance(item, _Block):
+            for child in item.items:
+                self.add(child, times, counts)
+        elif isinstance(item, _Loop):
+            self.add(item.body, times * item.count, counts)
+        elif isinstance(item, _While):
+            if item.step not in self.trips:
+                raise self._missing(item.step, "the RepeatWhileTrue loop",
+                                    f"its trip count (trips={{{item.step}: n}})")
+            trips = int(self.trips[item.step])
+            self.add(item.condition, times * (trips + 1), counts)
+            counts[item.step] += times * (trips + 1)
+            self.add(item.body, times * trips, counts)
+        elif isinstance(item, _Branch):
+            if item.step not in self.branches:
+                raise self._missing(item.step, "the If", f"the branch it takes "
+                                                          f"(branches={{{item.step}: True}})")
+            counts[item.step] += times
+            self.add(item.then if self.branches[item.step] else item.otherwise, times, counts)
+        else:  # _Call
+            if item.function not in self.per_call:
+                once = np.zeros(len(self.static.steps), dtype=np.int64)
+                self.add(self.static.functions[item.function], 1, once)
+                self.per_call[item.function] = once
+            counts += times * self.per_call[item.function]
+
+
+def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -> Report:
+    """The report of ``compiled`` as if its steps had run ``counts`` times."""
+    plan = compiled.plan
+    return Report(compiled.module.graph.target, plan, plan.liveness.steps, compiled.costs, counts,
+                  seconds)
+
+
+def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[int] = (0,),
+                 trips: Mapping[int, int] | None = None,
+                 branches: Mapping[int, bool] | None = None,
+                 pipeline: str | None = None) -> Report:
+    """Compile ``programs`` without lowering or running and report them as if the entry programs
+    ``runs`` had run: memory, exchange and cycles equal an :class:`~gruc.runtime.engine.Engine`'s
+    report after the same runs (``trips`` / ``branches``: see :meth:`StaticProgram.step_counts`).
+    """
+    start = time.perf_counter()
+    compiled = compile_program(graph, programs, pipeline=pipeline)
+    static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
+    counts = static.step_counts(runs, trips=trips, branches=branches)
+    return plan_report(compiled, counts, time.perf_counter() - start)

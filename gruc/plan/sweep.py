@@ -1,0 +1,118 @@
+"""Run a planning sweep: every configuration of a grid planned once, rows stored as they finish.
+
+:func:`run_sweep` skips the configurations whose rows the output directory already holds (a
+re-run of an interrupted sweep computes only what is missing), sends the rest to an executor
+(:mod:`gruc.plan.executors`) and stores each row the moment it arrives (:mod:`gruc.plan.rows`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from gruc.plan.executors import make_executor
+from gruc.plan.grid import SweepSpec
+from gruc.plan.layer import config_key, parameter_values, plan_row
+from gruc.plan.rows import RowStore
+from gruc.popnn.gru_layer import GruLayerConfig
+
+
+def plan_task(config: dict[str, Any], swept: tuple[str, ...],
+              pipeline: str | None) -> dict[str, Any]:
+    """One sweep task (top level, so worker processes can unpickle it): the row of ``config``."""
+    return plan_row(GruLayerConfig(**config), swept, pipeline)
+
+
+class Progress:
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, total: int | None, *, enabled: bool | None = None,
+                 stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.total = total
+        """Configurations in all, or None when unknown (a search): then only a count is shown."""
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        elapsed = time.perf_counter() - self.start
+        rate = f"{elapsed / done:.2f} s/config" if done else ""
+        if self.total:
+            width = 30
+            filled = width * done // self.total
+            head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}"
+        else:
+            head = f"{done} plans"
+        self.stream.write(f"\r{head} {rate} {note}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced: its rows in grid order and what it had to compute."""
+
+    rows: list[dict[str, Any]]
+    computed: int
+    skipped: int
+    seconds: float
+    store: RowStore
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [row for row in self.rows if row.get("error")]
+
+    @property
+    def configs_per_minute(self) -> float:
+        return 60.0 * self.computed / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
+              progress: bool | None = None) -> SweepResult:
+    """Plan every configuration of ``spec`` not yet in ``out``, storing rows as they finish.
+
+    ``executor``: see :mod:`gruc.plan.executors` (default: a local process pool, closed on
+    return); ``progress``: force the progress bar on or off (default: on when stderr is a
+    terminal).
+    """
+    start = time.perf_counter()
+    configs = spec.configs()
+    keys = [config_key(c, spec.pipeline) for c in configs]
+    store = RowStore(out)
+    for config, key in zip(configs, keys):  # rows another grid left get this grid's columns
+        row = store.get(key)
+        if row is not None:
+            row.update({k: v for k, v in parameter_values(config, spec.parameters).items()
+                        if k not in row})
+    first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeated value runs once
+    todo = [k for key, k in sorted(first.items(), key=lambda item: item[1]) if key not in store]
+    skipped = len(first) - len(todo)
+    own = executor is None
+    executor = make_executor() if own else executor
+    bar = Progress(len(first), enabled=progress)
+    bar.update(skipped, "(resumed)" if skipped else "")
+    task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline)
+    try:
+        items = [configs[k].model_dump() for k in todo]
+        for done, (_, row) in enumerate(executor.map_unordered(task, items), start=1):
+            store.add(row)
+            bar.update(skipped + done)
+    finally:
+        bar.close()
+        if own:
+            executor.close()
+    store.write()  # also when nothing was computed, so the CSV exists beside the JSON
+    return SweepResult([store.get(key) for key in keys], len(todo), skipped,
+                       time.perf_counter() - start, store)

@@ -1,0 +1,64 @@
+"""``gruc plan`` in process: sweeps, resumes, find-max, plots, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from gruc.cli import main
+
+SMALL = ["--input-size", "4", "--output-size", "8", "--sequence-size", "3", "--tiles-per-ipu",
+         "16", "--jobs", "1"]
+
+
+def test_sweep_writes_rows_and_resumes(tmp_path, capsys):
+    argv = ["plan", *SMALL, "--batch-size", "1,2", "--shards", "1:3", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "6 planned now, 0 already" in out and "configurations per minute" in out
+    rows = list(csv.DictReader((tmp_path / "rows.csv").open()))
+    assert [(r["batch_size"], r["shards"]) for r in rows] == [
+        ("1", "1"), ("1", "2"), ("1", "3"), ("2", "1"), ("2", "2"), ("2", "3")]
+    assert len(json.loads((tmp_path / "rows.json").read_text())) == 6
+    assert main(argv) == 0
+    assert "0 planned now, 6 already" in capsys.readouterr().out
+
+
+def test_find_max_and_plots(tmp_path, capsys):
+    argv = ["plan", *SMALL, "--batch-size", "2", "--find-max", "shards", "--out", str(tmp_path),
+            "--plots"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "shards: largest that fits = 3" in out and "at 4: GrucOptionError" in out
+    plots = tmp_path / "plots"
+    for name in ["metrics-shards.png", "tile-heatmap.png"]:
+        assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_plots_one_figure_per_swept_flag(tmp_path, capsys):
+    argv = ["plan", *SMALL, "--batch-size", "1,2", "--cell-order",
+            "reset,update,candidate/update,candidate,reset", "--out", str(tmp_path), "--plots",
+            "--heatmap", "1"]
+    assert main(argv) == 0
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert names == ["metrics-batch_size.png", "metrics-cell_order.png", "tile-heatmap.png"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["plan", "--batch-size", "1:0"], ["--batch-size", "'1:0'", "empty"]),
+    (["plan", "--batch-size", "1,x"], ["--batch-size", "'x'"]),
+    (["plan", "--batch-size", "0,1"], ["batch_size=0", "greater than or equal to 1"]),
+    (["plan", "--find-max", "data-type"], ["data-type", "searchable"]),
+    (["plan", "--jobs", "0"], ["jobs", "0"]),
+    (["plan", "--backend", "numpy"], ["unrecognized arguments", "--backend"]),
+])
+def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        raise SystemExit(main([*argv, "--out", str(tmp_path)]))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err

@@ -1,0 +1,55 @@
+"""``find_max``: the value it reports fits and the next one does not, found without a scan."""
+
+from __future__ import annotations
+
+import pytest
+
+from gruc.errors import GrucValueError
+from gruc.plan import RowStore, SweepSpec, find_max, plan_row
+from gruc.popnn.gru_layer import GruLayerConfig
+
+LAYER = {"input_size": 64, "output_size": 64, "batch_size": 32, "tiles_per_ipu": 1, "shards": 1}
+"""One tile of 624 KiB: the longest sequence that fits is a few dozen steps."""
+
+
+def test_longest_sequence_that_fits_is_checked_directly(tmp_path):
+    (result,) = find_max(SweepSpec(fixed=LAYER), "sequence_size", tmp_path)
+    value = result.value
+    assert value is not None and value > 1
+    assert plan_row(GruLayerConfig(**LAYER, sequence_size=value))["fits"] is True
+    over = plan_row(GruLayerConfig(**LAYER, sequence_size=value + 1))
+    assert over["fits"] is False
+    assert result.failing["sequence_size"] == value + 1
+    assert result.failing["first_overflow_tile"] == over["first_overflow_tile"] == 0
+    assert len(result.probes) <= 2 * value.bit_length() + 2   # a search, not a scan
+    assert f"largest that fits = {value}" in result.describe()
+    assert "tile 0 needs" in result.describe()
+    assert len(RowStore(tmp_path)) == len(result.probes)     # every plan is a stored row
+    (again,) = find_max(SweepSpec(fixed=LAYER), "sequence_size", tmp_path)
+    assert again.value == value and len(RowStore(tmp_path)) == len(result.probes)
+    (nothing,) = find_max(SweepSpec(fixed={**LAYER, "sequence_size": value + 1}),
+                          "sequence_size", tmp_path)
+    assert nothing.value is None and nothing.failing["sequence_size"] == value + 1
+    assert "nothing fits" in nothing.describe()
+
+
+def test_one_search_per_point_of_the_other_flags(tmp_path):
+    spec = SweepSpec(fixed={"input_size": 4, "output_size": 4, "batch_size": 2,
+                            "tiles_per_ipu": 16}, swept={"sequence_size": (3, 6)})
+    results = find_max(spec, "shards", tmp_path)
+    assert [r.point for r in results] == [{"sequence_size": 3}, {"sequence_size": 6}]
+    for result in results:   # more shards than the target allows is refused, not an overflow
+        assert result.failing["shards"] == result.value + 1
+        assert "numShards" in result.failing["error"]
+
+
+def test_limits_and_bad_flags(tmp_path):
+    (capped,) = find_max(SweepSpec(fixed=LAYER), "sequence_size", tmp_path, limit=3)
+    assert capped.value == 3 and capped.failing is None
+    assert "search limit" in capped.describe()
+    with pytest.raises(GrucValueError, match="cannot search flag 'data_type'"):
+        find_max(SweepSpec(), "data_type", tmp_path)
+    with pytest.raises(GrucValueError, match="both searched and swept"):
+        find_max(SweepSpec(swept={"batch_size": (1, 2)}), "batch_size", tmp_path)
+    with pytest.raises(GrucValueError, match="limit 0"):
+        find_max(SweepSpec(), "batch_size", tmp_path, limit=0)

@@ -1,0 +1,120 @@
+"""Sweeps: every executor gives the same rows, rows land as they finish, re-runs resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gruc.plan import ProcessExecutor, RowStore, SerialExecutor, SweepSpec, run_sweep
+from gruc.plan.layer import TIMING_COLUMNS
+
+# ipu2, plan-only: 2 x 2 x 3 x 2 = 24 configurations.  The executors are under test here, so the
+# sweeps compile without the default pipeline, whose passes dominate small plans (the plan-only ==
+# run tests and the CLI tests use the default pipeline).
+GRID = SweepSpec(fixed={"input_size": 8}, pipeline="",
+                 swept={"batch_size": (4, 16), "output_size": (16, 64),
+                        "sequence_size": (4, 8, 16), "shards": (1, 2)})
+
+
+def untimed(rows):
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    return run_sweep(GRID, tmp_path_factory.mktemp("serial"), executor=SerialExecutor())
+
+
+def test_serial_sweep_completes_in_grid_order(serial):
+    assert serial.computed == 24 and serial.skipped == 0 and not serial.errors
+    assert [(r["batch_size"], r["output_size"], r["sequence_size"], r["shards"])
+            for r in serial.rows][:3] == [(4, 16, 4, 1), (4, 16, 4, 2), (4, 16, 8, 1)]
+    assert all(r["target"] == "ipu2" and r["tiles"] == 1472 and r["fits"] for r in serial.rows)
+    on_disk = json.loads(serial.store.json_path.read_text())
+    assert untimed(on_disk) == untimed(serial.rows)
+    header = serial.store.csv_path.read_text().splitlines()[0].split(",")
+    assert header[:4] == ["batch_size", "output_size", "sequence_size", "shards"]
+    assert len(serial.store.csv_path.read_text().splitlines()) == 25
+
+
+def test_process_pool_gives_the_serial_rows(serial, tmp_path):
+    executor = ProcessExecutor(2)
+    try:
+        pooled = run_sweep(GRID, tmp_path, executor=executor)
+    finally:
+        executor.close()
+    assert pooled.computed == 24
+    assert untimed(pooled.rows) == untimed(serial.rows)
+
+
+def test_dask_local_cluster_gives_the_serial_rows(serial, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    from gruc.plan import DaskExecutor
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, host="127.0.0.1") as cluster:
+        executor = DaskExecutor(cluster.scheduler_address)
+        try:
+            result = run_sweep(GRID, tmp_path, executor=executor)
+        finally:
+            executor.close()
+    assert result.computed == 24
+    assert untimed(result.rows) == untimed(serial.rows)
+
+
+def test_rerun_skips_finished_rows(serial, tmp_path):
+    half = GRID.with_value("batch_size", 4)   # rows without a batch_size column
+    first = run_sweep(half, tmp_path, executor=SerialExecutor())
+    assert first.computed == 12
+    again = run_sweep(GRID, tmp_path, executor=SerialExecutor())
+    assert again.computed == 12 and again.skipped == 12
+    assert untimed(again.rows) == untimed(serial.rows)
+    kept = {r["config"]: r["compile_seconds"] for r in first.rows}
+    assert all(kept[r["config"]] == r["compile_seconds"] for r in again.rows if r["config"] in kept)
+
+
+KILLED = SweepSpec(fixed={"input_size": 16, "output_size": 32}, pipeline="",
+                   swept={"batch_size": (2, 4, 8, 16, 32), "sequence_size": (4, 8, 12, 16, 20, 24)})
+KILLED_ARGV = ["plan", "--input-size", "16", "--output-size", "32", "--batch-size", "2,4,8,16,32",
+               "--sequence-size", "4:24:4", "--pipeline", "", "--jobs", "1", "--no-progress"]
+
+
+def test_a_killed_sweep_loses_nothing_and_resumes(tmp_path):
+    out = tmp_path / "out"
+    code = ("import sys; from gruc.cli import main; "
+            f"sys.exit(main({KILLED_ARGV + ['--out', str(out)]!r}))")
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    rows = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(rows) < 3 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.02)
+            if (out / "rows.json").exists():
+                rows = json.loads((out / "rows.json").read_text())  # never torn
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert 3 <= len(rows) < 30, f"not killed midway: {process.stderr.read().decode()[-2000:]}"
+    stored = RowStore(out).rows   # what the killed run left is complete, valid JSON
+    assert len(stored) >= len(rows)
+    resumed = run_sweep(KILLED, out, executor=SerialExecutor())
+    assert resumed.skipped == len(stored) and resumed.computed == 30 - len(stored)
+    assert len(resumed.rows) == 30 and len(RowStore(out)) == 30
+    before = {r["config"]: r for r in stored}
+    assert all(before[r["config"]] == r for r in resumed.rows if r["config"] in before)
+
+
+def test_progress_bar_on_request_or_on_a_terminal(tmp_path, capsys):
+    spec = SweepSpec(fixed={"input_size": 4, "output_size": 4, "sequence_size": 2,
+                            "tiles_per_ipu": 4}, swept={"batch_size": (1, 2)}, pipeline="")
+    run_sweep(spec, tmp_path / "shown", executor=SerialExecutor(), progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "[" + "#" * 30 + "]" in err
+    run_sweep(spec, tmp_path / "quiet", executor=SerialExecutor())   # stderr is no terminal
+    assert capsys.readouterr().err == ""
