@@ -8,21 +8,27 @@ runs).  Target (issue 3, part 2): engine <= 2x numpy.  Also measured: the per-ex
 of a tiny matmul run 1000 times in a ``Repeat`` (a GRU runs hundreds of matmuls per sequence).
 Writes ``benchmarks/results/matmul.json``.
 
-BLAS threading matters to both sides; the JSON records ``OPENBLAS_NUM_THREADS`` /
-``OMP_NUM_THREADS`` as set for the run.
+BLAS runs single-threaded on both sides unless ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` say
+otherwise: the comparison is about what the engine adds around the products, and a threaded BLAS
+on a small shared machine makes both timings erratic (tens of times slower at random).  The JSON
+records the settings used.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
-import numpy as np
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):  # before numpy loads its BLAS
+    os.environ.setdefault(_variable, "1")
 
-from _common import median_seconds, write_result
-from gruc import FLOAT, Engine, Graph, Repeat, Sequence, Target
-from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul,
-                             plan_mat_mul)
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from _common import median_seconds, write_result  # noqa: E402
+from gruc import FLOAT, Engine, Graph, Repeat, Sequence, Target  # noqa: E402
+from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs,  # noqa: E402
+                             mat_mul, plan_mat_mul)
 
 SHAPES = [((64, 512), (512, 768)), ((32, 1024), (1024, 1536)), ((128, 2048), (2048, 3072))]
 TARGET_RATIO = 2.0

@@ -123,7 +123,8 @@ def matmul_options(options: "Mapping[str, Any] | MatMulOptions | None") -> MatMu
         raise GrucOptionError(f"unknown matmul option(s) {', '.join(unknown)}; valid options: "
                               + ", ".join(sorted(OPTION_NAMES)))
     try:
-        return MatMulOptions(**{OPTION_NAMES.get(key, key): value for key, value in options.items()})
+        return MatMulOptions(**{OPTION_NAMES.get(key, key): value
+                                for key, value in options.items()})
     except GrucValueError as error:
         message = str(error)
         for poplibs_name, field_name in OPTION_NAMES.items():
@@ -233,7 +234,7 @@ def _align(nbytes: np.ndarray, alignment: int) -> np.ndarray:
 
 
 def _evaluate(target: Target, shape: tuple[int, int, int, int], in_type: DType,
-              partials_type: DType, direct_ok: bool) -> dict[str, np.ndarray] | None:
+              partials_type: DType, direct_ok: bool) -> dict[str, np.ndarray]:
     """Cycles and per-tile temporary bytes of every block size that fits on the target.
 
     Costs are those of the busiest tile (a full block); operands are assumed laid out as
@@ -244,9 +245,7 @@ def _evaluate(target: Target, shape: tuple[int, int, int, int], in_type: DType,
     counts = [-(-n // s) for n, s in zip((G, M, K, N), sizes)]
     grids = np.meshgrid(*[np.arange(len(s)) for s in sizes], indexing="ij")
     blocks = counts[0][grids[0]] * counts[1][grids[1]] * counts[2][grids[2]] * counts[3][grids[3]]
-    keep = blocks <= target.num_tiles
-    if not np.any(keep):
-        return None
+    keep = blocks <= target.num_tiles  # never empty: one block of everything always fits
     gb, mb, kb, nb = (s[g[keep]] for s, g in zip(sizes, grids))
     Pm, Pk, Pn = (c[g[keep]] for c, g in zip(counts[1:], grids[1:]))
     in_size, p_size, xb = in_type.size, partials_type.size, target.exchange_bytes_per_cycle
@@ -277,29 +276,25 @@ def _plan(target: Target, shape: tuple[int, int, int, int], in_type: DType, part
         serial = -(-N // width)
         if serial > MAX_SERIAL_SLICES:
             break
-        options = _evaluate(target, (G, M, K, width), in_type, partials_type, direct_ok)
-        if options is None:
-            continue
-        total = options["cycles"] * serial
-        fits = options["temporary"] <= budget
+        candidates = _evaluate(target, (G, M, K, width), in_type, partials_type, direct_ok)
+        total = candidates["cycles"] * serial
+        fits = candidates["temporary"] <= budget
         if np.any(fits):
             best = int(np.flatnonzero(fits)[np.argmin(total[fits])])
-            return _make_plan(shape, options, best, serial, width, partials_type, total, True)
-        least = int(np.lexsort((total, options["temporary"]))[0])
-        key = (int(options["temporary"][least]), int(total[least]))
+            return _make_plan(shape, candidates, best, serial, width, partials_type, total, True)
+        least = int(np.lexsort((total, candidates["temporary"]))[0])
+        key = (int(candidates["temporary"][least]), int(total[least]))
         if fallback is None or key < fallback[0]:
-            fallback = (key, options, least, serial, width, total)
-    if fallback is None:
-        raise GrucValueError(f"no matmul plan for shape {list(shape)} on {target.describe()}")
-    _, options, best, serial, width, total = fallback
-    return _make_plan(shape, options, best, serial, width, partials_type, total, False)
+            fallback = (key, candidates, least, serial, width, total)
+    _, candidates, best, serial, width, total = fallback
+    return _make_plan(shape, candidates, best, serial, width, partials_type, total, False)
 
 
-def _make_plan(shape, options, best, serial, width, partials_type, total, fits) -> MatMulPlan:
-    return MatMulPlan(shape=shape, block=tuple(int(v) for v in options["block"][best]),
+def _make_plan(shape, candidates, best, serial, width, partials_type, total, fits) -> MatMulPlan:
+    return MatMulPlan(shape=shape, block=tuple(int(v) for v in candidates["block"][best]),
                       serial=int(serial), slice_width=int(width), partials_type=partials_type,
-                      direct=bool(options["direct"][best]), cycles=int(total[best]),
-                      temporary_bytes=int(options["temporary"][best]), fits=fits)
+                      direct=bool(candidates["direct"][best]), cycles=int(total[best]),
+                      temporary_bytes=int(candidates["temporary"][best]), fits=fits)
 
 
 def _partials_type(options: MatMulOptions, out_type: DType) -> DType:
@@ -366,7 +361,8 @@ def _map_operand(graph: Graph, tensor: Tensor, plan: MatMulPlan, letters: str) -
 def create_mat_mul_input_lhs(graph: Graph, dtype: DType | str, a_shape: Sequence[int],
                              b_shape: Sequence[int], name: str = "",
                              options: "Mapping[str, Any] | MatMulOptions | None" = None) -> Tensor:
-    """A new A (``a_shape``) laid out as the plan of ``A x B`` wants (poplin ``createMatMulInputLHS``)."""
+    """A new A (``a_shape``) laid out as the plan of ``A x B`` wants (poplin
+    ``createMatMulInputLHS``)."""
     plan = plan_mat_mul(graph.target, dtype, a_shape, b_shape, options)
     a = graph.add_variable(dtype, a_shape, name or "matmul_lhs")
     _map_operand(graph, a, plan, "gmk")
@@ -398,15 +394,17 @@ def pre_arrange_mat_mul_input_rhs(graph: Graph, a_shape: Sequence[int], b: Tenso
 
 # ---- products ---------------------------------------------------------------------------------
 def _prepare(what: str, graph: Graph, a: Tensor, b: Tensor, options,
-             out_type: DType) -> MatMulPlan:
+             out_type: DType | str | None) -> MatMulPlan:
+    """Check the operands and options; the plan for an output of ``out_type`` (default A's)."""
     opts = matmul_options(options)
     _check_tensor(what, "A", graph, a)
     _check_tensor(what, "B", graph, b)
     if a.dtype != b.dtype:
         raise GrucTypeError(f"{what}: A is {a.dtype.name} but B is {b.dtype.name}; they must "
                             "have one type")
-    _dims(what, a.shape, b.shape)
-    plan = plan_mat_mul(graph.target, a.dtype, a.shape, b.shape, opts, out_type=out_type)
+    _dims(what, a.shape, b.shape)  # shape errors name the op the user called
+    plan = plan_mat_mul(graph.target, a.dtype, a.shape, b.shape, opts,
+                        out_type=a.dtype if out_type is None else _float_type(what, out_type))
     if opts.input_rhs_is_pre_arranged:
         expected = plan_mat_mul(graph.target, b.dtype, a.shape, b.shape, opts)
         _check_pre_arranged(what, graph, b, expected)
@@ -443,9 +441,7 @@ def _emit(graph: Graph, plan: MatMulPlan, a: Tensor, b: Tensor, out: Tensor, pro
         else:
             partials = graph.add_variable(plan.partials_type, geometry.partials_shape,
                                           f"{label}.partials")
-            blocks = [axis.block_of() for axis in (geometry.g, geometry.k, geometry.m, geometry.n)]
-            blocks[1] = np.arange(geometry.k.count)
-            _set_tiles(graph, partials, tiles[np.ix_(*blocks)])
+            _set_tiles(graph, partials, geometry.partials_tiles(tiles))
         cs = graph.add_compute_set(f"{label}.partials")
         graph.add_vertex(cs, "MatMulPartials", {"a": a, "b": b_part, "partials": partials,
                                                 "received": received},
@@ -466,10 +462,9 @@ def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | 
             options: "Mapping[str, Any] | MatMulOptions | None" = None, name: str = "") -> Tensor:
     """``A x B`` as a new tensor (poplin ``matMul`` / ``matMulGrouped``): ``[m, k] x [k, n] ->
     [m, n]`` or ``[g, m, k] x [g, k, n] -> [g, m, n]``; of ``out_type`` (default: A's type)."""
-    _check_tensor("mat_mul", "A", graph, a)
-    dtype = a.dtype if out_type is None else _float_type("mat_mul", out_type)
-    plan = _prepare("mat_mul", graph, a, b, options, dtype)
+    plan = _prepare("mat_mul", graph, a, b, options, out_type)
     G, M, _, N = plan.shape
+    dtype = a.dtype if out_type is None else dtype_of(out_type)
     out = graph.add_variable(dtype, (G, M, N) if a.rank == 3 else (M, N), name or "matmul")
     _map_operand(graph, out, plan, "gmn")
     _emit(graph, plan, _grouped(a), _grouped(b), _grouped(out), prog, name or "matmul", None, 1.0)

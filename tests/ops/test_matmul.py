@@ -65,7 +65,10 @@ def test_matmul_equals_numpy_for_any_shape(g, m, k, n, tiles, layout, proportion
     else:
         a, b = graph.add_variable(FLOAT, a_shape, "a"), graph.add_variable(FLOAT, b_shape, "b")
         for t in (a, b):
-            graph.map_tensor_linearly(t) if layout == "linear" else graph.set_tile_mapping(t, 0)
+            if layout == "linear":
+                graph.map_tensor_linearly(t)
+            else:
+                graph.set_tile_mapping(t, 0)
     prog = Sequence()
     c = mat_mul(graph, a, b, prog, options=options, name="c")
     rng = np.random.default_rng(seed)
@@ -196,14 +199,15 @@ def test_create_rhs_spreads_each_block_over_its_users():
     graph.create_host_write("a", a)
     graph.create_host_write("b", b)
     prog = Sequence()
-    mat_mul(graph, a, b, prog)
+    graph.create_host_read("c", mat_mul(graph, a, b, prog))
     engine = Engine(graph, prog)
     partials_step = engine.costs[0]
     counts = geometry.counts
     expected = 0
     for ig, ik, im, in_ in np.ndindex(*counts):
         tile = grid[ig, ik, im, in_]
-        a_block = graph.element_tiles(a).reshape(8, 64)[im * mb:(im + 1) * mb, ik * kb:(ik + 1) * kb]
+        a_tiles = graph.element_tiles(a).reshape(8, 64)
+        a_block = a_tiles[im * mb:(im + 1) * mb, ik * kb:(ik + 1) * kb]
         b_block = tiles[ik * kb:(ik + 1) * kb, in_ * nb:(in_ + 1) * nb]
         expected += 4 * (int(np.sum(a_block != tile)) + int(np.sum(b_block != tile)))
     assert partials_step.exchange_bytes == expected
@@ -382,7 +386,8 @@ def test_bad_options_are_rejected_by_name(options, words):
 def test_bad_inputs_raise_gruc_errors():
     graph = Graph(T16)
     a, b = linear(graph, FLOAT, (2, 3), "a"), linear(graph, FLOAT, (4, 5), "b")
-    with pytest.raises(GrucShapeError, match=r"A \[2, 3\] by B \[4, 5\].*3 columns.*4 rows"):
+    with pytest.raises(GrucShapeError, match=r"mat_mul: .*A \[2, 3\] by B \[4, 5\].*3 columns"
+                                             r".*4 rows"):
         mat_mul(graph, a, b, Sequence())
     with pytest.raises(GrucShapeError, match=r"A \[2, 3\] and B \[3, 4, 5\]"):
         mat_mul(graph, a, linear(graph, FLOAT, (3, 4, 5), "g"), Sequence())

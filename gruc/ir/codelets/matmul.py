@@ -1,4 +1,4 @@
-"""Matrix-multiplication codelets (poplin ``matMul``): per-tile partial products, then their reduction.
+"""Matrix-product codelets (poplin ``matMul``): per-tile partial products, then their reduction.
 
 A planned product ``[G, M, K] x [G, K, N] -> [G, M, N]`` (``G`` independent groups; 1 for a plain
 matmul) cuts every dimension into blocks of ``(gb, mb, kb, nb)`` elements — the last block of a
@@ -113,7 +113,7 @@ class Axis:
 
 @dataclass(frozen=True)
 class Blocking:
-    """The blocks of a ``[G, M, K] x [G, K, N]`` product; axes are kept in block order g, k, m, n."""
+    """The blocks of a ``[G, M, K] x [G, K, N]`` product; axes kept in block order g, k, m, n."""
 
     g: Axis
     k: Axis
@@ -170,6 +170,12 @@ class Blocking:
         grids = np.meshgrid(*sizes, indexing="ij")
         return tuple(grids)
 
+    def partials_tiles(self, tiles: np.ndarray) -> np.ndarray:
+        """The tile of every element of ``partials`` ``[G, Pk, M, N]`` when block ``(ig, ik, im,
+        in)`` is on ``tiles[ig, ik, im, in]``."""
+        return tiles[np.ix_(self.g.block_of(), np.arange(self.k.count), self.m.block_of(),
+                            self.n.block_of())]
+
     def received_sizes(self) -> np.ndarray:
         """Elements of ``received`` each block's tile holds, in block order."""
         gb, kb, mb, nb = self.block_dims()
@@ -177,7 +183,7 @@ class Blocking:
 
 
 def block_view(array: np.ndarray, parts: Sequence[Part]) -> np.ndarray:
-    """The blocks of ``array`` that ``parts`` (one per axis) select, as ``[counts..., sizes...]``."""
+    """The blocks of ``array`` that ``parts`` (one per axis) select: ``[counts..., sizes...]``."""
     index = tuple(slice(p.start, p.start + p.count * p.size) for p in parts)
     split = [d for p in parts for d in (p.count, p.size)]
     rank = len(parts)
@@ -246,11 +252,8 @@ def _check_placement(vertex: "Vertex", geometry: Blocking, sizes: np.ndarray) ->
     if np.any(p_tiles == UNMAPPED) or np.any(r_tiles == UNMAPPED):
         return  # not mapped yet: the verifier reports unmapped tensors itself
     tiles = block_tiles(vertex)
-    blocks = [axis.block_of() for axis in (geometry.g, geometry.k, geometry.m, geometry.n)]
-    blocks[1] = np.arange(geometry.k.count)  # the Pk axis of partials holds one element per block
-    expected = tiles[np.ix_(*blocks)]
     name = vertex.kind.name
-    if not np.array_equal(expected.reshape(-1), p_tiles):
+    if not np.array_equal(geometry.partials_tiles(tiles).reshape(-1), p_tiles):
         raise GrucMappingError(f"{name}: every partials block must lie on one tile")
     if len(np.unique(tiles)) != tiles.size:
         raise GrucMappingError(f"{name}: two partials blocks share a tile; each tile computes "

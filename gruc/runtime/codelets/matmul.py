@@ -32,9 +32,8 @@ import itertools
 import numpy as np
 from numba import njit
 
-from gruc.ir.codelets.matmul import (Blocking, block_tiles, block_view, blocking_of, mac_cycles)
+from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_of, mac_cycles
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.mapping import consecutive_runs
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
 from gruc.runtime.interp import Prepared, numpy_vertex
@@ -264,7 +263,8 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
             p_in.add(memory, total)
         if accumulate:
             o_io.read(memory, current)
-            np.add(current, _factor(memory, scale, k) * total, out=current)
+            np.multiply(total, _factor(memory, scale, k), out=total)
+            np.add(current, total, out=current)
             o_io.write(memory, current)
         else:
             o_io.write(memory, total)
