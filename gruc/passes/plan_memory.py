@@ -6,6 +6,8 @@ liveness-based reuse: *always-live* variables (constants, host-visible tensors, 
 between runs) get an exclusive region packed from address 0; *not-always-live* variables share
 the rest, two of them overlapping only if no program step needs both (``gruc.passes.liveness``).
 poplibs writes ``WriteUndef`` on sequence tensors precisely to move them into the second group.
+A variable the module never uses (no step touches it, no host stream names it — such as a
+temporary a pass rewrote away, left in the shared graph) gets no bytes.
 
 Layout rule.  On each tile a variable occupies one contiguous block: its elements on that tile,
 in flat element order, ``count_on_tile * dtype.size`` bytes, starting at a multiple of
@@ -252,17 +254,15 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     run_var, run_tile, run_begin, run_length = [], [], [], []
     allocated = []
     for index, variable in enumerate(graph.variables):
-        if variable.num_elements == 0:
+        if variable.num_elements == 0 or index not in liveness.used:
             continue
         tiles = graph.element_tiles(variable)
         unmapped = int(np.count_nonzero(tiles == UNMAPPED))
         if unmapped:
-            if index in liveness.used:
-                raise GrucMappingError(
-                    f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
-                    f"by the module but {unmapped} of its {variable.num_elements} elements have no "
-                    "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
-            continue
+            raise GrucMappingError(
+                f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
+                f"by the module but {unmapped} of its {variable.num_elements} elements have no "
+                "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
         begins, ends = runs_of(tiles)
         allocated.append(index)
         run_var.append(np.full(len(begins), index, dtype=np.int64))

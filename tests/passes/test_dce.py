@@ -1,0 +1,63 @@
+"""dce (SPEC G4): steps whose results nothing reads go; everything observable stays."""
+
+from __future__ import annotations
+
+from gruc import (FLOAT, Copy, Execute, Graph, Module, PrintTensor, Repeat, Sequence, Target,
+                  WriteUndef)
+from gruc.ir.expr import _1, _2, Const
+from gruc.ops import map, map_in_place
+from gruc.passes.pipeline import run_pipeline
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+
+T4 = Target.custom(tiles_per_ipu=4)
+
+
+def graph_with_input():
+    g = Graph(T4)
+    x = g.add_variable(FLOAT, (4, 8), "x")
+    g.map_tensor_linearly(x)
+    g.create_host_write("x", x)
+    return g, x
+
+
+def leaves(module):
+    return [n for n in module.programs[0].walk() if not isinstance(n, (Sequence, Repeat))]
+
+
+def test_values_read_in_the_next_iteration_are_kept():
+    g, x = graph_with_input()
+    acc = g.add_variable(FLOAT, (4, 8), "acc")
+    g.map_tensor_linearly(acc)
+    body = Sequence()
+    carried = map(g, _1 + _2, [acc, x], body, "carried")   # read back at the top of the body
+    body.add(Copy(carried, acc))
+    g.create_host_read("acc", acc)
+    prog = Sequence(Copy(x, acc), Repeat(3, body))
+    after = run_pipeline(Module(g, [prog]), "dce", verify_each=True).module
+    assert after.programs[0] is prog
+
+
+def test_dead_steps_go_and_observable_ones_stay():
+    g, x = graph_with_input()
+    prog = Sequence()
+    unused = map(g, _1 * Const(2.0), [x], prog, "unused")
+    map_in_place(g, _1 + Const(1.0), [unused], prog, "still_unused")
+    kept = map(g, _1 - Const(1.0), [x], prog, "kept")
+    printed = map(g, _1 * _1, [x], prog, "printed")
+    prog.add(PrintTensor("printed", printed))
+    prog.add(WriteUndef(unused))
+    g.create_host_read("kept", kept)
+    after = run_pipeline(Module(g, [prog]), "dce", verify_each=True).module
+    names = [n.compute_set.name if isinstance(n, Execute) else type(n).__name__
+             for n in leaves(after)]
+    assert names == ["kept", "printed", "PrintTensor", "WriteUndef"]
+
+
+def test_gru_training_forward_keeps_everything_it_exposes():
+    layer = build_layer(GruLayerConfig(sequence_size=2, input_size=8, output_size=4,
+                                       batch_size=2, tiles_per_ipu=4, save_intermediates=True))
+    module = run_pipeline(Module(layer.graph, layer.programs), "canonicalize", verify_each=True).module
+    after = run_pipeline(module, "dce", verify_each=True).module
+    removed = {id(n) for n in leaves(module)} - {id(n) for n in leaves(after)}
+    assert all(isinstance(n, Copy) and n.dst.variables()[0].name == "gru/begin"
+               for n in leaves(module) if id(n) in removed)  # only the unread shard start

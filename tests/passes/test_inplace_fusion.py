@@ -1,0 +1,208 @@
+"""inplace-fusion (SPEC G1): fewer compute sets and syncs, lower memory, identical numerics.
+
+The oracle for every rewriting pass is the unrewritten program: random elementwise programs (chains
+with broadcast operands, in-place updates, copies, slices, partial writes, loops, ``WriteUndef``)
+run with no passes and with each pass alone or the default pipeline, with verify-each, and the
+results must agree bit for bit (numpy engine; fusion keeps HALF rounding with casts).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gruc import (FLOAT, HALF, Call, Copy, Engine, Execute, Graph, Module, Repeat, Sequence, Target,
+                  WriteUndef)
+from gruc.errors import GrucOptionError
+from gruc.ir.expr import _1, _2, Const, maximum, sigmoid, tanh
+from gruc.ir.verify import verify
+from gruc.ops import map, map_in_place, map_with_output
+from gruc.passes import DEFAULT_PIPELINE
+from gruc.passes.inplace_fusion import InplaceFusion
+from gruc.passes.liveness import analyse_liveness
+from gruc.passes.pipeline import parse_pipeline, run_pipeline
+from gruc.passes.plan_memory import plan_memory
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+
+T4 = Target.custom(tiles_per_ipu=4)
+SHAPE = (4, 8)
+UNARY = [tanh(_1), sigmoid(_1), _1 * Const(0.5), -_1]
+BINARY = [_1 + _2, _1 * _2, _1 - _2 * Const(0.5), maximum(_1, _2)]
+
+
+def random_program(seed: int, dtype) -> tuple[Graph, Sequence, dict[str, np.ndarray], list[str]]:
+    """A random elementwise program over [4, 8] tensors on 4 tiles, its host data and outputs."""
+    rnd = random.Random(seed)
+    g = Graph(T4)
+
+    def variable(name: str):
+        t = g.add_variable(dtype, SHAPE, name)
+        choice = rnd.randrange(3)
+        if choice == 0:
+            g.map_tensor_linearly(t, min_elements_per_tile=8, grain_size=4)
+        elif choice == 1:
+            g.set_tile_mapping(t, rnd.randrange(4))
+        else:
+            g.set_tile_mapping(t, [[(0, 16)], [], [(16, 32)], []])
+        return t
+
+    inputs = [variable(f"in{k}") for k in range(2)]
+    bias = g.add_variable(dtype, (8,), "bias")
+    g.set_tile_mapping(bias, rnd.randrange(4))
+    for t, name in [(inputs[0], "in0"), (inputs[1], "in1"), (bias, "bias")]:
+        g.create_host_write(name, t)
+    pool = list(inputs)
+    temps = []
+    prog = Sequence()
+    target = prog
+    for step in range(rnd.randrange(3, 9)):
+        if target is prog and rnd.random() < 0.15:
+            target = Sequence()
+            prog.add(Repeat(2, target))
+        kind = rnd.randrange(6)
+        a, b = rnd.choice(pool), rnd.choice(pool + [bias])
+        if kind == 0:
+            out = map(g, rnd.choice(UNARY), [a], target, f"u{step}")
+        elif kind == 1:
+            out = map(g, rnd.choice(BINARY), [a, b], target, f"b{step}")
+        elif kind == 2 and temps:
+            map_in_place(g, rnd.choice(BINARY), [rnd.choice(temps), b], target, f"ip{step}")
+            continue
+        elif kind == 3:
+            out = variable(f"copy{step}")
+            target.add(Copy(a, out))
+        elif kind == 4:
+            out = variable(f"halves{step}")
+            for rows in (slice(0, 2), slice(2, 4)):
+                map_with_output(g, rnd.choice(UNARY), [a[rows]], out[rows], target, f"h{step}")
+        else:
+            if not temps:
+                continue
+            out = rnd.choice(temps)
+            target.add(WriteUndef(out))
+            map_with_output(g, rnd.choice(BINARY), [a, b] if a is not out and b is not out
+                            else [inputs[0], bias], out, target, f"redo{step}")
+        pool.append(out)
+        temps.append(out)
+    outputs = []
+    for k, t in enumerate(rnd.sample(pool[2:], min(2, len(pool) - 2)) or [inputs[0]]):
+        g.create_host_read(f"out{k}", t)
+        outputs.append(f"out{k}")
+    data = {"in0": rnd_array(rnd, SHAPE, dtype), "in1": rnd_array(rnd, SHAPE, dtype),
+            "bias": rnd_array(rnd, (8,), dtype)}
+    return g, prog, data, outputs
+
+
+def rnd_array(rnd: random.Random, shape, dtype) -> np.ndarray:
+    values = np.random.default_rng(rnd.randrange(2**32)).uniform(-1, 1, shape)
+    return values.astype(dtype.storage)
+
+
+def results(graph: Graph, programs, data, outputs) -> dict[str, np.ndarray]:
+    engine = Engine(graph, programs, pipeline="", backend="numpy")
+    for name, value in data.items():
+        engine.write_tensor(name, value)
+    engine.run()
+    return {name: engine.read_tensor(name) for name in outputs}
+
+
+PIPELINES = ["inplace-fusion", "inplace-fusion{fuse=false}", "canonicalize", "dce", "copy-elim",
+             "exchange", DEFAULT_PIPELINE]
+
+
+@settings(max_examples=100)
+@given(seed=st.integers(0, 2**31), half=st.booleans(), pipeline=st.sampled_from(PIPELINES))
+def test_random_programs_give_identical_results(seed, half, pipeline):
+    graph, prog, data, outputs = random_program(seed, HALF if half else FLOAT)
+    expected = results(graph, [prog], data, outputs)
+    rewritten = run_pipeline(Module(graph, [prog]), pipeline, verify_each=True).module
+    if pipeline == "exchange":
+        verify(rewritten, require_local=True)
+    got = results(graph, rewritten.programs, data, outputs)
+    again = results(graph, [prog], data, outputs)  # the caller's program still runs as built
+    for name in outputs:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=f"{pipeline}: {name}")
+        np.testing.assert_array_equal(again[name], expected[name])
+
+
+def loop_body_steps(module: Module) -> int:
+    """Supersteps (Execute and Copy) per time step: the leaves of the first loop body."""
+    loop = next(node for node in module.walk() if isinstance(node, Repeat))
+    return sum(isinstance(node, (Execute, Copy)) for node in loop.body.walk())
+
+
+def test_gru_forward_fuses_and_updates_in_place_with_identical_results():
+    config = GruLayerConfig(sequence_size=2, input_size=40, output_size=38, batch_size=4,
+                            tiles_per_ipu=16, save_intermediates=True, backend="numpy")
+    layer = build_layer(config)
+    before = Module(layer.graph, layer.programs)
+    after = run_pipeline(before, "canonicalize,inplace-fusion", verify_each=True).module
+    assert loop_body_steps(before) == 16 and loop_body_steps(after) == 14
+    kinds = [node.compute_set.vertices[0].kind.name for node in after.walk()
+             if isinstance(node, Execute) and node.compute_set.name in ("gru/gates", "gru/candidate")]
+    assert kinds == ["MapInPlace", "MapInPlace"]  # sigmoid(ru + b) and tanh(c + b), in place
+    used = analyse_liveness(after).used
+    assert not any(v.name.endswith("_tmp") for v in layer.graph.variables if v.index in used)
+    assert plan_memory(after).block_size.sum() < plan_memory(before).block_size.sum()
+    data, _ = host_data(config)
+    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
+              "output_weights": data.output_weights, "biases": data.biases}
+    plain = results(layer.graph, before.programs, values, list(layer.reads))
+    fused = results(layer.graph, after.programs, values, list(layer.reads))
+    for name in layer.reads:
+        np.testing.assert_array_equal(fused[name], plain[name])
+
+
+def test_an_elementwise_chain_needs_fewer_supersteps_and_less_peak_memory():
+    g = Graph(T4)
+    x = g.add_variable(FLOAT, (4, 256), "x")
+    g.map_tensor_linearly(x)
+    b = g.add_variable(FLOAT, (256,), "b")
+    g.map_tensor_linearly(b)
+    prog = Sequence()
+    gate = map(g, sigmoid(_1 + _2), [x, b], prog, "gate")      # broadcast: two compute sets
+    scaled = map(g, _1 * Const(0.5), [gate], prog, "scaled")
+    out = map(g, tanh(_1) + _2, [scaled, x], prog, "out")
+    for name, t in {"x": x, "b": b}.items():
+        g.create_host_write(name, t)
+    g.create_host_read("out", out)
+    before = Module(g, [prog])
+    after = run_pipeline(before, "inplace-fusion", verify_each=True).module
+    assert len(before.programs[0]) == 4 and len(after.programs[0]) == 1
+    peak_before = plan_memory(before).not_always_live_bytes
+    peak_after = plan_memory(after).not_always_live_bytes
+    assert peak_after.max() < peak_before.max() and np.all(peak_after <= peak_before)
+
+
+def test_the_callers_compute_sets_are_left_as_built():
+    graph, prog, _, _ = random_program(7, FLOAT)
+    snapshot = [(cs, [dict(v.fields) for v in cs.vertices]) for cs in graph.compute_sets]
+    run_pipeline(Module(graph, [prog]), "inplace-fusion", verify_each=True)
+    for cs, fields in snapshot:
+        assert [dict(v.fields) for v in cs.vertices] == fields
+
+
+def test_function_bodies_are_not_fused():
+    g = Graph(T4)
+    x = g.add_variable(FLOAT, SHAPE, "x")
+    g.map_tensor_linearly(x)
+    body = Sequence()
+    t = map(g, _1 * Const(2.0), [x], body, "t")
+    y = map(g, tanh(_1), [t], body, "y")
+    function = g.add_function(body, "f")
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    module = run_pipeline(Module(g, [Sequence(Call(function))]), "inplace-fusion",
+                          verify_each=True).module
+    assert function.program is body and len(body) == 2
+    assert [type(n).__name__ for n in module.programs[0].walk()] == ["Sequence", "Call"]
+
+
+def test_options_and_unknown_options():
+    assert parse_pipeline("inplace-fusion{in-place=false}") == [InplaceFusion(in_place=False)]
+    with pytest.raises(GrucOptionError, match=r"pass 'inplace-fusion' has no option 'colour'.*fuse"):
+        parse_pipeline("inplace-fusion{colour=red}")
