@@ -13,6 +13,8 @@ import time
 
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
+from gruc.runtime.report import write_text_atomically
+from gruc.runtime.viz import html_report
 
 
 def _bool(text: str) -> bool:
@@ -86,7 +88,8 @@ def register(commands) -> None:
                                  description=__doc__.splitlines()[0])
     add_layer_flags(parser)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
-    parser.add_argument("--profile", metavar="DIR", help="write report.json and trace.json here")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="write report.json, report.html and trace.json here")
     parser.set_defaults(run=run)
 
 
@@ -118,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.profile, exist_ok=True)
         engine.report.to_json(os.path.join(args.profile, "report.json"))
         engine.write_trace(os.path.join(args.profile, "trace.json"))
-        print(f"profile           {args.profile}/report.json, trace.json")
+        write_text_atomically(os.path.join(args.profile, "report.html"),
+                              html_report(engine, title="gruc gru"))
+        print(f"profile           {args.profile}/report.json, report.html, trace.json")
     if passed is None:
         return 0
     print("check             " + ("PASSED" if passed else "FAILED") + " against the float64 "

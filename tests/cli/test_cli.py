@@ -28,6 +28,7 @@ def test_gru_compile_only_and_profile(tmp_path, capsys):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["memory"]["fits"] is True
     assert "traceEvents" in json.loads((tmp_path / "trace.json").read_text())
+    assert "<html" in (tmp_path / "report.html").read_text().lower()
     assert "PASSED" not in capsys.readouterr().out
 
 
