@@ -82,9 +82,10 @@ def test_activation_combinations(activation, recurrent):
                                            recurrent_activation=recurrent)))
 
 
-@pytest.mark.parametrize("activation, recurrent", list(zip(ACTIVATIONS, RECURRENT * 2)))
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("recurrent", RECURRENT)
 def test_augru_activations(activation, recurrent):
-    """Every activation and recurrent activation once with attention, where the update gate's
+    """poplibs' augru_act_config matrix: every pair with attention, where the update gate's
     derivative is taken at the pre-attention gate."""
     assert_gradients_match(run_layer(basic(batch_size=1, shards=1, activation=activation,
                                            recurrent_activation=recurrent,
@@ -99,11 +100,13 @@ def test_reset_after_with_softmax_and_hard_sigmoid():
                                            recurrent_activation="hard_sigmoid")))
 
 
-@pytest.mark.parametrize("shards, reset_after, ignore_input_gradient, order",
-                         [(3, False, False, ORDERS[0]), (5, True, False, ORDERS[1]),
-                          (3, True, True, ORDERS[1]), (5, False, True, ORDERS[0])])
-def test_long_sequence_sharded(shards, reset_after, ignore_input_gradient, order):
-    """16x2x8 S=200: I + H <= B * S, so the weight update runs inside the backward loop."""
+@pytest.mark.parametrize("shards", [3, 5])
+@pytest.mark.parametrize("reset_after", [False, True])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("ignore_input_gradient", [False, True])
+def test_long_sequence_sharded(shards, reset_after, order, ignore_input_gradient):
+    """16x2x8 S=200 (poplibs' gru_16x2x32_seq_200 tests): I + H <= B * S, so the weight update
+    runs inside the backward loop."""
     run = run_layer(long(shards=shards, reset_after=reset_after,
                          ignore_input_gradient=ignore_input_gradient, cell_order=order))
     assert run.layer.num_shards == shards
@@ -111,9 +114,16 @@ def test_long_sequence_sharded(shards, reset_after, ignore_input_gradient, order
     assert_gradients_match(run)
 
 
-@pytest.mark.parametrize("lengths, full, attention", [((97, 67, 87), True, True),
-                                                      ((97, 67, 87), False, False),
-                                                      ((31,), True, False), ((31,), False, True)])
+@pytest.mark.parametrize("shards", [3, 5])
+@pytest.mark.parametrize("reset_after", [False, True])
+def test_long_sequence_sharded_half(shards, reset_after):
+    run = run_layer(long(shards=shards, reset_after=reset_after, data_type="half"))
+    assert run.passed, run.mismatches
+
+
+@pytest.mark.parametrize("lengths", [(97, 67, 87), (31,)])
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("attention", [False, True])
 def test_sequence_lengths(lengths, full, attention):
     """Per-row and scalar lengths, full-sequence or last output (poplibs' augru_16x{2,3}x32_seq_99
     tests; tanh gates, where masking matters most, are checked on a short sequence below: over 99
@@ -126,11 +136,11 @@ def test_sequence_lengths(lengths, full, attention):
         assert np.all(run.outputs["input_grad"][67:, 1] == 0)
 
 
-def test_augru_1000_steps_auto_shards_with_code_reuse():
-    """poplibs' augru_16x1x16_seq_1000_reuse_true (the shards without code reuse are the other
-    sharded tests)."""
+@pytest.mark.parametrize("reuse", [False, True])
+def test_augru_1000_steps_auto_shards(reuse):
+    """poplibs' augru_16x1x16_seq_1000_reuse_{false,true}."""
     run = run_layer(long(sequence_size=1000, output_size=16, batch_size=1,
-                         with_attention=True, with_real_time_steps=True, code_reuse=True))
+                         with_attention=True, with_real_time_steps=True, code_reuse=reuse))
     assert run.layer.num_shards == 6
     assert_gradients_match(run)
 
