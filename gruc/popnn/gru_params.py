@@ -19,11 +19,20 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from gruc.errors import GrucOptionError, GrucValueError
 from gruc.ir.tensor import Tensor, concat
 from gruc.ops.rnn_geometry import RnnParams
+from gruc.popnn.gru_reference import normalize_cell_order
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
 
 GATES = ("reset", "update", "candidate")
 """The internal gate order (poplibs' ``BasicGruCellUnit`` enum order)."""
+
+
+def float_dtype(value: Any) -> DType:
+    """The layer's element type: HALF or FLOAT (by DType or name)."""
+    dtype = dtype_of(value)
+    if not dtype.is_float:
+        raise ValueError(f"must be half or float, got {dtype.name}")
+    return dtype
 
 
 class Activation(str, Enum):
@@ -57,10 +66,7 @@ class GruParams(GrucModel):
     @field_validator("dtype", mode="before")
     @classmethod
     def _dtype(cls, value: Any) -> DType:
-        dtype = dtype_of(value)
-        if not dtype.is_float:
-            raise ValueError(f"must be half or float, got {dtype.name}")
-        return dtype
+        return float_dtype(value)
 
     @field_validator("layer_sizes", mode="before")
     @classmethod
@@ -75,13 +81,7 @@ class GruParams(GrucModel):
     @field_validator("cell_order", mode="before")
     @classmethod
     def _cell_order(cls, value: Any) -> tuple[str, str, str]:
-        aliases = {"reset": "reset", "reset_gate": "reset", "update": "update",
-                   "update_gate": "update", "candidate": "candidate", "cell": "candidate"}
-        names = tuple(aliases.get(str(getattr(g, "value", g)).lower().replace("-", "_"), str(g))
-                      for g in value)
-        if sorted(names) != sorted(GATES):
-            raise ValueError(f"cell order {list(value)} is not a permutation of {list(GATES)}")
-        return names  # type: ignore[return-value]
+        return normalize_cell_order(value)
 
     @field_validator("activation", "recurrent_activation", mode="before")
     @classmethod

@@ -42,9 +42,9 @@ from gruc.ir.tensor import Tensor, concat
 from gruc.ops.elementwise import map, map_in_place
 from gruc.popnn import gru
 from gruc.popnn.gru_io import GruHostWeights
-from gruc.popnn.gru_params import GATES, GruOptions, GruParams, GruWeights
+from gruc.popnn.gru_params import GATES, GruOptions, GruParams, GruWeights, float_dtype
 from gruc.popnn.gru_reference import normalize_cell_order
-from gruc.types import DType, dtype_of
+from gruc.types import DType
 from gruc.validated import GrucModel
 
 DIRECTION_SUFFIXES = ("", "_reverse")
@@ -69,10 +69,7 @@ class GruStackParams(GrucModel):
     @field_validator("dtype", mode="before")
     @classmethod
     def _dtype(cls, value: Any) -> DType:
-        dtype = dtype_of(value)
-        if not dtype.is_float:
-            raise ValueError(f"must be half or float, got {dtype.name}")
-        return dtype
+        return float_dtype(value)
 
     @field_validator("cell_order", mode="before")
     @classmethod
