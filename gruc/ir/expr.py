@@ -7,7 +7,7 @@ Python's arithmetic operators build trees (``_1 + _2 * 2.0``) but ``==`` never d
 and :func:`ne`.
 
 This module is the *definition* of elementwise semantics.  ``map``, fused vertices, the numpy reference
-interpreter and the numba code generator all defer to it, and the numba backend is differentially
+interpreter and the compiled backend's code generator all defer to it, and that backend is differentially
 tested against :func:`evaluate`.  In the style of JAX's autodidax the meaning of each op is one row
 of the :data:`OPS` table: the operand types it accepts, its numpy definition, and a scalar Python
 template with the same result for code generators (also in :data:`SCALAR_SOURCE`).
@@ -610,7 +610,7 @@ Each template must give the numpy definition's result on scalars (the tests chec
 rules a generator must follow: substitute *names* (bind each operand to a local first, as templates
 may use an operand more than once); provide ``math`` and ``np`` (numpy) in the generated module;
 convert each result to the node's compute type; use :func:`scalar_source`, which picks
-:data:`INTEGER_SCALAR_SOURCE` for integer operands.  Templates are written for numba, whose ``math``
+:data:`INTEGER_SCALAR_SOURCE` for integer operands.  Templates are written for the compiled (LLVM) backend, whose ``math``
 functions return inf/NaN where CPython's raise (``math.log(0.0)``, ``1.0 / 0.0``).  Casts have no
 template: rounding to half is backend specific.
 """

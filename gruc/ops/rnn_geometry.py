@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 GRAIN_LIMIT = 16
-"""Largest grain poplibs uses: ``grain = gcd(16, size)`` (hard-coded there, "TODO: T12909 Take
-output grouping from matmul operation")."""
+"""Largest grain poplibs uses: ``grain = gcd(16, size)`` (hard-coded there, with a note, task
+T12909, to take the grouping from the matmul instead)."""
 
 GRU_OPERAND_MEMORY_FRACTION = 0.1
 """Share of one tile's memory the GRU heuristic lets the sequence operands of a shard take."""

@@ -21,7 +21,7 @@ that tile is where the block's partial product is computed.  ``received`` (same 
 is the exchange's landing buffer: block ``b``'s tile holds, at offset ``sum of the sizes of
 blocks < b``, its ``a`` block then its ``b`` block (``gb*mb*kb + gb*kb*nb`` elements, row-major).
 It is a field so that the operands a tile receives occupy memory (and liveness) like any tensor.
-The reference engine fills it and computes from it; the numba engine computes from the operands
+The reference engine fills it and computes from it; the compiled engine computes from the operands
 directly (the same numbers) and leaves it unwritten — nothing ever reads it after the vertex.
 
 ``MatMulReduce(out, partials)``: ``out[g, i, j] = sum over ik of partials[g, ik, i, j]``, summed in
