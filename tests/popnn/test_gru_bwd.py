@@ -384,3 +384,21 @@ def test_poplibs_error_cases():
     for build, message in cases:
         with pytest.raises(GrucError, match=message):
             build()
+
+
+@pytest.mark.parametrize("shards", [3, 5])
+@pytest.mark.parametrize("reset_after", [False, True])
+@pytest.mark.parametrize("attention", [False, True])
+@pytest.mark.parametrize("real_time_steps", [False, True])
+@pytest.mark.parametrize("data_type", ["float", "half"])
+def test_augru_seq_102_matrix(shards, reset_after, attention, real_time_steps, data_type):
+    """poplibs' augru_16x2x32_seq_102 tests: shards x reset-after x attention x real time steps
+    x data type."""
+    run = run_layer(long(sequence_size=102, shards=shards, reset_after=reset_after,
+                         with_attention=attention, with_real_time_steps=real_time_steps,
+                         data_type=data_type))
+    assert run.layer.num_shards == shards
+    if data_type == "float":
+        assert_gradients_match(run)
+    else:
+        assert run.passed, run.mismatches
