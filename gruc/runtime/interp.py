@@ -24,6 +24,9 @@ from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMem
 
 Prepared = Callable[[DeviceMemory], None]
 PrepareVertex = Callable[[LoweredVertex], Prepared]
+PrepareExecutable = Callable[[Executable], dict[int, Prepared]]
+"""A whole-executable preparation hook: returns prepared callables for some lowered vertices, by
+``id`` of the :class:`LoweredVertex` (they replace the table's preparation of those vertices)."""
 NUMPY_VERTICES: dict[str, PrepareVertex] = {}
 
 
@@ -56,10 +59,15 @@ class Interpreter:
         self.memory = memory
         self.copy = copy
         table = NUMPY_VERTICES if vertices is None else vertices
+        overrides: dict[int, Prepared] = {}
+        for hook in getattr(table, "executable_hooks", ()):  # a backend's cross-step fast paths
+            overrides.update(hook(executable))
         self.prepared: dict[int, tuple[Prepared, ...]] = {}
         for leaf in executable.leaves:
             if isinstance(leaf, ExecuteStep):
-                self.prepared[leaf.step] = tuple(self._prepare(table, v) for v in leaf.vertices)
+                self.prepared[leaf.step] = tuple(
+                    overrides[id(v)] if id(v) in overrides else self._prepare(table, v)
+                    for v in leaf.vertices)
         self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
         self.loop_trips: dict[int, int] = {}
         """Iterations of each RepeatWhileTrue in the last run, by ``id`` of the lowered loop."""

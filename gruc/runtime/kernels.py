@@ -29,9 +29,20 @@ from typing import Callable
 import numpy as np
 
 from gruc.runtime import fastmath
-from gruc.runtime.interp import PrepareVertex
+from gruc.runtime.interp import PrepareExecutable, PrepareVertex
 
-NUMBA_VERTICES: dict[str, PrepareVertex] = {}
+
+class VertexTable(dict):
+    """Vertex implementations by kind, plus ``executable_hooks``: functions that see the whole
+    lowered executable and may prepare some vertices together (see
+    :data:`gruc.runtime.interp.PrepareExecutable`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.executable_hooks: list[PrepareExecutable] = []
+
+
+NUMBA_VERTICES: VertexTable = VertexTable()
 
 SEGMENT_MIN_AVERAGE = 4
 """Use segment kernels when segments average at least this many elements."""
@@ -53,6 +64,12 @@ def numba_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
         return fn
 
     return register
+
+
+def numba_executable_hook(fn: PrepareExecutable) -> PrepareExecutable:
+    """Register a whole-executable preparation hook of the numba backend."""
+    NUMBA_VERTICES.executable_hooks.append(fn)
+    return fn
 
 
 def cache_directory() -> Path:

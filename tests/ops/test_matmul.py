@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gruc import (FLOAT, HALF, INT, Engine, Graph, GrucError, GrucOptionError, GrucShapeError,
-                  GrucTypeError, GrucValueError, Module, Sequence, Target)
+from gruc import (FLOAT, HALF, INT, Copy, Engine, Graph, GrucError, GrucOptionError, GrucShapeError,
+                  GrucTypeError, GrucValueError, Module, Repeat, Sequence, Target)
 from gruc.ir.codelets.matmul import Blocking, block_tiles
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
@@ -427,3 +427,95 @@ def test_vertex_checks_catch_hand_built_vertices():
     with pytest.raises(GrucValueError, match="four positive integers"):
         graph.add_vertex(cs, "MatMulPartials", {"a": a, "b": b, "partials": partials,
                                                 "received": received}, blocks=(1, 4, 0, 6))
+
+
+# ---- the numba engine's fused partials + reduction -----------------------------------------------
+
+def _fused_pairs(engine):
+    from gruc.runtime.codelets.matmul import _fusible_pairs
+    return _fusible_pairs(engine.executable)
+
+
+def _k_split_on_ipu2(graph, m, k, n, prog, acc=None, factor=None):
+    a = create_mat_mul_input_lhs(graph, FLOAT, (m, k), (k, n), "a")
+    b = create_mat_mul_input_rhs(graph, FLOAT, (m, k), (k, n), "b")
+    if acc is None:
+        return a, b, mat_mul(graph, a, b, prog, name="c")
+    mat_mul_acc(graph, acc, factor, a, b, prog)
+    return a, b, acc
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 512, 768), (5, 300, 7)])
+def test_fused_k_split_on_ipu2_gives_numpy_engine_result(m, k, n):
+    """On ipu2 with k split, the numba engine computes the product with one BLAS call over all of
+    k and skips the partials in tile memory; it equals the numpy engine up to summation order."""
+    plan = plan_mat_mul(Target.ipu2(), FLOAT, (m, k), (k, n))
+    assert plan.block[1] < k  # k is split: partials and a reduction
+    av, bv = values(np.random.default_rng(1), (m, k)), values(np.random.default_rng(2), (k, n))
+    results = {}
+    for backend in BACKENDS:
+        graph = Graph(Target.ipu2())
+        prog = Sequence()
+        a, b, c = _k_split_on_ipu2(graph, m, k, n, prog)
+        engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)
+        if backend == "numba":
+            assert len(_fused_pairs(engine)) == 1
+            engine.run()  # runs again from the same state: same answer
+            out["c"] = engine.read_tensor("c")
+        results[backend] = out["c"]
+    np.testing.assert_allclose(results["numba"], results["numpy"], rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(results["numba"], oracle(av, bv), rtol=1e-5, atol=2e-5)
+
+
+def test_fused_mat_mul_acc_with_tensor_factor_on_ipu2():
+    m, k, n = 16, 512, 40
+    av, bv = values(np.random.default_rng(3), (m, k)), values(np.random.default_rng(4), (k, n))
+    cv = values(np.random.default_rng(5), (m, n))
+    results = {}
+    for backend in BACKENDS:
+        graph = Graph(Target.ipu2())
+        c = linear(graph, FLOAT, (m, n), "c")
+        s = graph.add_variable(FLOAT, (1,), "s")
+        graph.set_tile_mapping(s, 3)
+        prog = Sequence(Repeat(2, Sequence()))  # c += s a b, twice
+        a, b, _ = _k_split_on_ipu2(graph, m, k, n, prog.programs[0].body, acc=c, factor=s)
+        engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv), "c": (c, cv),
+                                        "s": (s, np.array([-0.75], np.float32))}, {"c": c},
+                          backend)
+        if backend == "numba":
+            assert len(_fused_pairs(engine)) == 1
+        results[backend] = out["c"]
+    np.testing.assert_allclose(results["numba"], results["numpy"], rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(results["numba"], cv - 1.5 * oracle(av, bv), rtol=1e-5, atol=1e-4)
+
+
+def test_partials_read_elsewhere_or_half_are_not_fused():
+    """Partials another step reads (here a Copy after the reduction) keep their memory, and half
+    partials (rounded before the sum) keep the definition: both engines agree."""
+    m, k, n = 8, 256, 24
+    av, bv = values(np.random.default_rng(6), (m, k)), values(np.random.default_rng(7), (k, n))
+    results = {}
+    for backend in BACKENDS:
+        graph = Graph(Target.ipu2())
+        prog = Sequence()
+        a, b, c = _k_split_on_ipu2(graph, m, k, n, prog)
+        partials = next(v.fields["partials"] for cs in graph.compute_sets for v in cs.vertices
+                        if v.kind.name == "MatMulPartials")
+        seen = graph.add_variable(FLOAT, partials.shape, "seen")
+        graph.map_tensor_linearly(seen)
+        prog.add(Copy(partials, seen))
+        options = {"partialsType": "half"}
+        ah = create_mat_mul_input_lhs(graph, HALF, (m, k), (k, n), "ah", options)
+        bh = create_mat_mul_input_rhs(graph, HALF, (m, k), (k, n), "bh", options)
+        ch = mat_mul(graph, ah, bh, prog, options=options, name="ch")
+        engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv), "ah": (ah, av.astype(
+            np.float16)), "bh": (bh, bv.astype(np.float16))}, {"c": c, "seen": seen, "ch": ch},
+            backend)
+        if backend == "numba":
+            assert _fused_pairs(engine) == []
+        results[backend] = out
+    for name in ("c", "seen", "ch"):
+        np.testing.assert_allclose(results["numba"][name], results["numpy"][name], rtol=1e-5,
+                                   atol=2e-5 if name != "ch" else 2e-3)
+    np.testing.assert_allclose(results["numba"]["seen"].sum(axis=1)[0], oracle(av, bv), rtol=1e-5,
+                               atol=2e-5)

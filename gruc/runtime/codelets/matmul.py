@@ -15,7 +15,9 @@ A's columns and B's rows of that k block, so the engine gathers A and B once fro
 one batched BLAS call per block shape (``numpy.matmul`` over ``[g, Pk]``), and scatters them to
 their tiles — the same sums as the definition, at BLAS speed.  It does not fill ``received``
 (nothing reads it).  Half data is moved as raw 16-bit words and converted by numpy, since numba
-cannot load float16.
+cannot load float16.  When the executable shows that a step's float partials are read only by the
+reduction in the very next step, the two are fused (:func:`_fuse_partials_and_reduce`): one BLAS
+call over all of k, the output written directly, the partials never scattered nor gathered.
 
 Estimates: a tile's partial product costs the vertex overhead plus its multiply-accumulates at the
 target's vector width (:func:`~gruc.ir.codelets.matmul.mac_cycles`); a reduction costs, per vector
@@ -37,10 +39,11 @@ from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
 from gruc.runtime.interp import Prepared, numpy_vertex
-from gruc.runtime.kernels import SEGMENT_MIN_AVERAGE, numba_vertex
-from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.runtime.kernels import SEGMENT_MIN_AVERAGE, numba_executable_hook, numba_vertex
+from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
+                                Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
 from gruc.target import Target
-from gruc.types import HALF
+from gruc.types import FLOAT, HALF
 
 F32 = np.float32
 
@@ -270,6 +273,156 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
             o_io.write(memory, total)
 
     return run
+
+
+# ---- numba: a partials step and its reduction fused into one product ------------------------
+# The float partials of a k-split product are a temporary whose only reader is the reduction in the
+# next step.  When the executable shows exactly that, the partials vertex computes the whole
+# product with one BLAS call over all of k (float32; only the summation order differs from the
+# definition) into a host buffer, and the reduction writes it to the output: the partials are
+# neither scattered to tile memory nor gathered back.  The partials' tile memory is left as it
+# was, which nothing can observe (checked below).
+def _blocks(executable: Executable):
+    """Every Block of the executable's programs and functions, nested ones included."""
+    stack = list(executable.programs) + list(executable.functions)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Block):
+            yield item
+            stack.extend(item.items)
+        elif isinstance(item, Loop):
+            stack.append(item.body)
+        elif isinstance(item, WhileLoop):
+            stack.extend((item.condition, item.body))
+        elif isinstance(item, Branch):
+            stack.extend((item.then, item.otherwise))
+
+
+def _predicates(executable: Executable) -> list[Operand]:
+    found = []
+    for block in _blocks(executable):
+        found.extend(item.predicate for item in block.items
+                     if isinstance(item, (WhileLoop, Branch)))
+    return found
+
+
+def _field_tensors(vertex: LoweredVertex, skip: str | None = None):
+    for name, value in vertex.vertex.fields.items():
+        if name != skip:
+            yield from (value if isinstance(value, tuple) else (value,))
+
+
+def _overlaps(starts: np.ndarray, size: int, operand: Operand) -> bool:
+    """Whether any element of ``operand`` shares a byte with elements (``size`` bytes) starting at
+    the sorted byte addresses ``starts``."""
+    other = operand.index.reshape(-1).astype(np.int64) * operand.dtype.size
+    lo = np.searchsorted(starts, other - (size - 1), side="left")
+    hi = np.searchsorted(starts, other + operand.dtype.size, side="left")
+    return bool(np.any(lo < hi))
+
+
+def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredVertex]]:
+    """(partials, reduce) vertex pairs whose float partials only that reduce, in the step right
+    after the partials' step of the same block, ever reads."""
+    candidates = []
+    for block in _blocks(executable):
+        for first, second in zip(block.items, block.items[1:]):
+            if not (isinstance(first, ExecuteStep) and isinstance(second, ExecuteStep)):
+                continue
+            for producer in first.vertices:
+                if producer.kind != "MatMulPartials":
+                    continue
+                p = producer.fields["partials"]
+                if p.dtype is not FLOAT:
+                    continue  # half partials are rounded before the sum: keep the definition
+                for consumer in second.vertices:
+                    q = consumer.fields.get("partials") if consumer.kind in (
+                        "MatMulReduce", "MatMulReduceAcc") else None
+                    if (q is not None and q.dtype is p.dtype and q.shape == p.shape
+                            and np.array_equal(q.index, p.index)):
+                        candidates.append((producer, consumer))
+                        break
+    if not candidates:
+        return []
+    # who refers to which variable, over every vertex of every step
+    users: dict[int, set[int]] = {}
+    for leaf in executable.leaves:
+        if isinstance(leaf, ExecuteStep):
+            for vertex in leaf.vertices:
+                for tensor in _field_tensors(vertex):
+                    for variable in tensor.variables():
+                        users.setdefault(id(variable), set()).add(id(vertex))
+    # operands read other than by vertices (copies, prints, predicates, host reads)
+    others = [leaf.src for leaf in executable.leaves if isinstance(leaf, CopyStep)]
+    others += [leaf.operand for leaf in executable.leaves if isinstance(leaf, PrintStep)]
+    others += _predicates(executable) + list(executable.host_reads.values())
+    pairs, taken = [], set()
+    for producer, consumer in candidates:
+        if id(producer) in taken or id(consumer) in taken:
+            continue
+        tensor = producer.vertex.fields["partials"]
+        variables = tensor.variables()
+        if any(v.is_constant for v in variables):
+            continue
+        if any(users.get(id(v), set()) - {id(producer), id(consumer)} for v in variables):
+            continue  # another vertex uses the partials' variable
+        mine = {id(v) for v in variables}
+        if any(id(v) in mine for t in _field_tensors(producer, "partials") for v in t.variables()):
+            continue
+        if any(id(v) in mine for t in _field_tensors(consumer, "partials") for v in t.variables()):
+            continue
+        p = producer.fields["partials"]
+        starts = np.sort(p.index.reshape(-1).astype(np.int64) * p.dtype.size)
+        if any(_overlaps(starts, p.dtype.size, operand) for operand in others):
+            continue  # conservative: a copy, print, predicate or host read touches that memory
+        taken.update((id(producer), id(consumer)))
+        pairs.append((producer, consumer))
+    return pairs
+
+
+def _fused_product(producer: LoweredVertex, product: np.ndarray) -> Prepared:
+    """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product."""
+    G, M, K, N = blocking_of(producer.vertex).shape
+    a_in, b_in = Transfer(producer.fields["a"]), Transfer(producer.fields["b"])
+    a = np.empty((G, M, K), F32)
+    b = np.empty((G, K, N), F32)
+
+    def run(memory: DeviceMemory) -> None:
+        a_in.read(memory, a)
+        b_in.read(memory, b)
+        np.matmul(a, b, out=product)
+
+    return run
+
+
+def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
+    """The reduction's replacement: the output (scaled and accumulated for ``MatMulReduceAcc``)
+    from ``product``, the sum over k already taken."""
+    out, _, scale, k = _reduce_parts(consumer)
+    o_io = Transfer(out)
+    if consumer.kind != "MatMulReduceAcc":
+        return lambda memory: o_io.write(memory, product)
+    current = np.empty_like(product)
+    total = np.empty_like(product)
+
+    def run(memory: DeviceMemory) -> None:
+        o_io.read(memory, current)
+        np.multiply(product, _factor(memory, scale, k), out=total)
+        np.add(current, total, out=current)
+        o_io.write(memory, current)
+
+    return run
+
+
+@numba_executable_hook
+def _fuse_partials_and_reduce(executable: Executable) -> dict[int, Prepared]:
+    prepared: dict[int, Prepared] = {}
+    for producer, consumer in _fusible_pairs(executable):
+        G, M, _, N = blocking_of(producer.vertex).shape
+        product = np.empty((G, M, N), F32)
+        prepared[id(producer)] = _fused_product(producer, product)
+        prepared[id(consumer)] = _fused_reduce(consumer, product)
+    return prepared
 
 
 # ---- cycles and exchange ----------------------------------------------------------------------
