@@ -41,23 +41,59 @@ class Effect:
 NO_EFFECT = Effect(frozenset(), frozenset(), frozenset(), frozenset())
 
 
-def _variables_of(graph: Graph, tensors: Iterable[Tensor]) -> frozenset[int]:
-    ids = [t.flat_ids() for t in tensors if t.num_elements]
-    if not ids:
-        return frozenset()
-    return frozenset(distinct(graph.variable_of_id(np.concatenate(ids))).tolist())
+class _Elements:
+    """The elements ``tensors`` name, per variable index: as ranges of ids where a tensor is one
+    run of a single variable, as id arrays otherwise.  Steps name thousands of small views (a
+    per-tile vertex's fields), nearly all such runs; finding their variable from the view's
+    sources and their ids from its start avoids materialising and searching every element id."""
 
+    def __init__(self, graph: Graph, tensors: Iterable[Tensor]) -> None:
+        self.graph = graph
+        self.ranges: dict[int, list[tuple[int, int]]] = {}
+        self.ids: dict[int, list[np.ndarray]] = {}
+        mixed = []
+        for tensor in tensors:
+            n = tensor.num_elements
+            if not n:
+                continue
+            variables = tensor.variables()
+            if len(variables) != 1:
+                mixed.append(tensor.flat_ids())
+                continue
+            index = variables[0].index
+            start = tensor.contiguous_start()
+            if start is None:
+                self.ids.setdefault(index, []).append(tensor.flat_ids())
+            else:
+                self.ranges.setdefault(index, []).append((start, start + n))
+        if mixed:
+            ids = np.concatenate(mixed)
+            owners = graph.variable_of_id(ids)
+            order = np.argsort(owners, kind="stable")
+            owners, ids = owners[order], ids[order]
+            starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+            for v, part in zip(owners[starts].tolist(), np.split(ids, starts[1:])):
+                self.ids.setdefault(v, []).append(part)
 
-def _fully_covered(graph: Graph, tensors: Iterable[Tensor]) -> frozenset[int]:
-    """Variables every element of which appears in ``tensors``."""
-    ids = [t.flat_ids() for t in tensors if t.num_elements]
-    if not ids:
-        return frozenset()
-    owners = graph.variable_of_id(distinct(np.concatenate(ids)))  # sorted, like the ids
-    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
-    counts = np.diff(np.append(starts, len(owners)))
-    return frozenset(v for v, c in zip(owners[starts].tolist(), counts.tolist())
-                     if graph.variables[v].num_elements == c)
+    def variables(self) -> frozenset[int]:
+        return frozenset(self.ranges) | frozenset(self.ids)
+
+    def fully_covered(self) -> frozenset[int]:
+        """Variables every element of which is named."""
+        return frozenset(v for v in self.variables() if self._covers(v))
+
+    def _covers(self, v: int) -> bool:
+        variable = self.graph.variables[v]
+        ranges = sorted(self.ranges.get(v, ()))
+        if v not in self.ids:  # merge the runs: do they leave no gap?
+            reached = variable.first_id
+            for begin, end in ranges:
+                if begin > reached:
+                    return False
+                reached = max(reached, end)
+            return reached >= variable.first_id + variable.num_elements
+        parts = self.ids[v] + [np.arange(b, e, dtype=np.int64) for b, e in ranges]
+        return len(distinct(np.concatenate(parts))) == variable.num_elements
 
 
 def vertex_tensors(vertices: Iterable[Vertex]) -> tuple[list[Tensor], list[Tensor]]:
@@ -75,24 +111,46 @@ def vertex_tensors(vertices: Iterable[Vertex]) -> tuple[list[Tensor], list[Tenso
 
 
 def _effect(graph: Graph, reads: list[Tensor], writes: list[Tensor]) -> Effect:
-    read_vars = _variables_of(graph, reads)
-    full = _fully_covered(graph, writes) - read_vars
-    return Effect(read_vars, _variables_of(graph, writes), full, frozenset())
+    read_vars = _Elements(graph, reads).variables()
+    written = _Elements(graph, writes)
+    full = written.fully_covered() - read_vars
+    return Effect(read_vars, written.variables(), full, frozenset())
+
+
+def _stamp(step: Program) -> object:
+    """What may change about ``step`` after its effect was computed: for an ``Execute``, the
+    vertices of its compute set (appended to only: their count and the last one tell; vertices
+    compare by identity)."""
+    if isinstance(step, Execute):
+        vertices = step.compute_set.vertices
+        return len(vertices), vertices[-1] if vertices else None
+    return None
 
 
 class EffectTable:
-    """Effects of program steps, computed on first request and remembered."""
+    """Effects of program steps, computed on first request and remembered.
+
+    Every table over one graph shares one memo: passes, the verifier, liveness and the dataflow
+    view ask about the same steps many times in one compile (a rebuilt program keeps its
+    untouched steps), and an effect costs a walk over every element the step names.  A step's
+    effect never changes — program nodes are immutable, views too, and a graph only gains
+    variables — except an ``Execute`` whose compute set gained vertices since (compute sets are
+    only appended to), which is recomputed.  The memo holds each step it describes, so an id is
+    never reused while its entry exists; it lives on the graph (``Graph.effects_memo``), as the
+    steps it holds refer to the graph, so both go together."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self._cache: dict[int, Effect] = {}
+        self._cache = graph.effects_memo
 
     def of(self, step: Program) -> Effect:
         """Effect of one *leaf* step (for ``If`` / ``RepeatWhileTrue``: reading the predicate)."""
-        key = id(step)
-        if key not in self._cache:
-            self._cache[key] = self._compute(step)
-        return self._cache[key]
+        entry = self._cache.get(id(step))
+        stamp = _stamp(step)
+        if entry is None or entry[1] != stamp:
+            entry = (step, stamp, self._compute(step))
+            self._cache[id(step)] = entry
+        return entry[2]
 
     def _compute(self, step: Program) -> Effect:
         graph = self.graph
@@ -103,7 +161,7 @@ class EffectTable:
             return _effect(graph, [step.src], [step.dst])
         if isinstance(step, WriteUndef):
             return Effect(frozenset(), frozenset(), frozenset(),
-                          _fully_covered(graph, [step.tensor]))
+                          _Elements(graph, [step.tensor]).fully_covered())
         if isinstance(step, PrintTensor):
             return _effect(graph, [step.tensor], [])
         if isinstance(step, (If, RepeatWhileTrue)):

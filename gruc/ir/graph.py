@@ -84,6 +84,9 @@ class Graph:
         self._tile_of_id = np.zeros(1024, dtype=np.int32)
         self._num_ids = 0
         self._variable_starts = np.zeros(0, dtype=np.int64)
+        self.effects_memo: dict[int, tuple] = {}
+        """The effects of program steps over this graph, shared by every
+        :class:`~gruc.ir.effects.EffectTable` of it (analyses ask about the same steps often)."""
 
     # ---- variables --------------------------------------------------------------------------
     def add_variable(self, dtype: DType | str, shape: Iterable[int], name: str = "") -> Variable:

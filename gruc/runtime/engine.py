@@ -22,8 +22,8 @@ from gruc.errors import GrucOutOfMemory, GrucTypeError, GrucValueError
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Program
-from gruc.ir.verify import verify
 from gruc.passes.plan_memory import MemoryPlan, plan_memory
+from gruc.passes.rewrite import require_valid
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.interp import Interpreter, numpy_copy
@@ -64,7 +64,7 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
         from gruc.passes.pipeline import run_pipeline
 
         module = run_pipeline(module, pipeline).module
-    verify(module)
+    require_valid(module)  # a pass's output is valid by contract: the pipeline verified its input
     plan = plan_memory(module)
     if strict_memory and not plan.fits:
         worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
