@@ -5,9 +5,8 @@ import json
 import pytest
 
 from gruc.cli import main
+from cli_helpers import SMALL
 
-SMALL = ["--sequence-size", "3", "--input-size", "8", "--output-size", "8", "--batch-size", "2",
-         "--tiles-per-ipu", "16", "--backend", "numpy"]
 
 
 def test_gru_runs_checks_and_summarises(capsys):

@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from gruc import FLOAT, Graph, Sequence, Target
-from gruc.cli import main
 from gruc.ir.dataflow import dataflow_graph
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
@@ -22,19 +21,9 @@ from gruc.ir.serialize import module_from_json
 from gruc.passes import PASSES
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.viz import dataflow_dot
-
-SMALL = ["--sequence-size", "3", "--input-size", "8", "--output-size", "8", "--batch-size", "2",
-         "--tiles-per-ipu", "16", "--backend", "numpy"]
+from cli_helpers import SMALL, gruc
 
 
-def gruc(argv, capsys) -> tuple[int, str, str]:
-    """Run ``gruc argv`` in process: exit code (argparse's SystemExit included), stdout, stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def small_module() -> Module:

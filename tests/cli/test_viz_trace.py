@@ -18,21 +18,12 @@ from gruc.ir.module import Module
 from gruc.ir.printer import print_module
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.viz import CATEGORIES, StatusLine, dataflow_dot, memory_views, tile_grid
+from cli_helpers import SIZES, SMALL, gruc
 
-SIZES = ["--sequence-size", "3", "--input-size", "8", "--output-size", "8", "--batch-size", "2"]
-SMALL = [*SIZES, "--tiles-per-ipu", "16", "--backend", "numpy"]
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
                         tiles_per_ipu=16, backend="numpy")
 IMAGES = ("memory-chart", "tile-heatmap", "liveness-chart", "cycles-chart")
 
-
-def gruc(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
