@@ -6,10 +6,11 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from gruc.runtime.report import atomic_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -33,11 +34,8 @@ def machine() -> dict[str, Any]:
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """Write ``results/<name>.json`` atomically (a reader never sees a torn file)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{name}.json"
-    fd, tmp = tempfile.mkstemp(dir=RESULTS, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
+    with atomic_file(target) as handle:
         json.dump({"benchmark": name, "machine": machine(), **payload}, handle, indent=2,
                   sort_keys=True)
-    os.replace(tmp, target)
     return target

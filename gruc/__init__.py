@@ -4,9 +4,9 @@ Build a dataflow program with a Poplar-like API, record it as IR, transform it w
 it on a simulated multi-tile IPU that accounts for every byte on every tile.
 """
 
-from gruc.errors import (GrucError, GrucIndexError, GrucMappingError, GrucOptionError,
-                         GrucOutOfMemory, GrucParseError, GrucProgramError, GrucShapeError,
-                         GrucTypeError, GrucValueError, GrucVerifyError)
+from gruc.errors import (GrucError, GrucIndexError, GrucMappingError, GrucMemoryError,
+                         GrucOptionError, GrucOutOfMemory, GrucParseError, GrucProgramError,
+                         GrucShapeError, GrucTypeError, GrucValueError, GrucVerifyError)
 from gruc.ir.graph import ComputeSet, Function, Graph, Vertex
 from gruc.ir.mapping import TileMapping
 from gruc.ir.module import Module
@@ -25,5 +25,5 @@ __all__ = [
     "Sequence", "Execute", "Copy", "WriteUndef", "Repeat", "RepeatWhileTrue", "If", "Call",
     "PrintTensor", "Sync", "GrucError", "GrucTypeError", "GrucValueError", "GrucShapeError",
     "GrucIndexError", "GrucMappingError", "GrucOptionError", "GrucParseError", "GrucVerifyError",
-    "GrucProgramError", "GrucOutOfMemory", "__version__",
+    "GrucProgramError", "GrucOutOfMemory", "GrucMemoryError", "__version__",
 ]

@@ -48,6 +48,12 @@ class GrucProgramError(GrucError):
     """A program that cannot run as written (e.g. reading a tensor nothing ever wrote)."""
 
 
+class GrucMemoryError(GrucProgramError):
+    """A checked engine (``Engine(..., checked=True)``) caught a vertex or copy about to touch
+    memory outside its operands' allocated regions on its tile; the message names the step,
+    vertex, field and address."""
+
+
 class GrucOutOfMemory(GrucError):
     """A compiled program needs more bytes on some tile than the tile has (``strict_memory``)."""
 

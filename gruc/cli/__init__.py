@@ -46,6 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as error:
+        # a path the user gave (--out, --profile, -o) that cannot be made or written: the
+        # user's to fix, so one line naming the path, like a GrucError
+        where = f" {error.filename}" if error.filename else ""
+        print(f"gruc {args.command}: error: cannot use{where}: {error.strerror or error}",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -188,13 +188,15 @@ def to_json(expr: Expr) -> dict[str, Any]:
 def from_json(obj: Any) -> Expr:
     """The expression :func:`to_json` made ``obj`` from; a malformed object is a GrucParseError
     naming the JSON path of the culprit."""
-    return _from_json(obj, "$")
+    return _from_json(obj, "$", 0)
 
 
-def _from_json(obj: Any, path: str) -> Expr:
+def _from_json(obj: Any, path: str, depth: int) -> Expr:
     def fail(message: str) -> NoReturn:
         raise GrucParseError(f"{path}: {message}")
 
+    if depth > MAX_PARSE_DEPTH:  # the text form's limit: deep JSON must not be a RecursionError
+        fail(f"at most {MAX_PARSE_DEPTH} levels of nesting")
     if not isinstance(obj, dict) or not isinstance(obj.get("op"), str):
         fail(f"expected an object with a string 'op', got {obj!r:.80}")
     name = obj["op"]
@@ -215,7 +217,8 @@ def _from_json(obj: Any, path: str) -> Expr:
         args = obj.get("args")
         if not isinstance(args, list) or len(args) != arity:
             fail(f"{name} needs 'args', a list of {arity} operand(s), got {args!r:.80}")
-        operands = [_from_json(arg, f"{path}.args[{i}]") for i, arg in enumerate(args)]
+        operands = [_from_json(arg, f"{path}.args[{i}]", depth + 1)
+                    for i, arg in enumerate(args)]
     if name == "cast" and dtype is None:
         fail("cast needs a 'dtype'")
     try:

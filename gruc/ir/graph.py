@@ -15,10 +15,11 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from gruc.errors import GrucIndexError, GrucMappingError, GrucTypeError, GrucValueError, expect
+from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
+                         GrucValueError, expect)
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
-from gruc.ir.program import Program
-from gruc.ir.tensor import Tensor, Variable, _as_shape
+from gruc.ir.program import Program, check_sequence
+from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int
 from gruc.ir.vertices import Direction, VertexKind, vertex_kind
 from gruc.target import Target
 from gruc.types import DType, dtype_of
@@ -67,6 +68,30 @@ class Function:
     program: Program
 
 
+def check_op_args(graph: object, prog: object, what: str) -> None:
+    """The graph and program every op builder takes, checked before the op adds anything, so a
+    swapped or missing argument is named instead of failing deep inside the builder."""
+    if not isinstance(graph, Graph):
+        raise GrucTypeError(f"{what} needs a gruc Graph, got {type(graph).__name__}")
+    check_sequence(prog, what)
+
+
+def to_storage(values: np.ndarray, dtype: DType, what: str) -> np.ndarray:
+    """``values`` (a numeric array) as stored for ``dtype``.  Floats are rounded as the device
+    would; for an integer or bool ``dtype`` a value the cast would change (a fraction, NaN, a
+    number out of range) is refused, naming ``what`` it was for, rather than stored wrapped."""
+    if dtype.is_float:
+        with np.errstate(over="ignore"):  # beyond half's range is inf, as on the device
+            return values.astype(dtype.storage)
+    with np.errstate(invalid="ignore", over="ignore"):
+        stored = values.astype(dtype.storage)
+        exact = stored.astype(np.float64) == values.astype(np.float64)
+    if not np.all(exact):
+        bad = values.reshape(-1)[int(np.argmin(exact.reshape(-1)))]
+        raise GrucValueError(f"{what}: value {bad.item()!r} is not representable as {dtype.name}")
+    return stored
+
+
 class Graph:
     """A dataflow graph for one target (Poplar ``Graph``)."""
 
@@ -98,10 +123,15 @@ class Graph:
         """A constant; ``value`` is a scalar or array broadcastable to ``shape``."""
         dtype = dtype_of(dtype)
         shape = _as_shape(shape)
+        array = np.asarray(value) if value is not None else np.asarray([], dtype=object)
+        if array.dtype.kind not in "biuf":
+            raise GrucTypeError(f"constant value {value!r} must be numbers (a scalar or an array "
+                                f"of bool, int or float), got numpy dtype {array.dtype}")
+        stored = to_storage(array, dtype, "constant")
         try:
-            data = np.broadcast_to(np.asarray(value).astype(dtype.storage), shape).copy()
+            data = np.broadcast_to(stored, shape).copy()
         except ValueError:
-            raise GrucValueError(f"constant value of shape {list(np.shape(value))} cannot be "
+            raise GrucShapeError(f"constant value of shape {list(np.shape(value))} cannot be "
                                  f"broadcast to shape {list(shape)}") from None
         data.flags.writeable = False
         return self._new_variable(dtype, shape, name, data)
@@ -158,11 +188,11 @@ class Graph:
         or Poplar's form: one list of ``(begin, end)`` intervals per tile.
         """
         ids = self._own(tensor).flat_ids()
-        if isinstance(mapping, (int, np.integer)):
+        if isinstance(mapping, (int, np.integer)) and not isinstance(mapping, (bool, np.bool_)):
             tiles = np.full(len(ids), int(mapping), dtype=np.int64)
         else:
             if not isinstance(mapping, TileMapping):
-                mapping = TileMapping.from_per_tile(list(mapping), len(ids))
+                mapping = TileMapping.from_per_tile(mapping, len(ids))
             expect(mapping.num_elements == len(ids), GrucMappingError,
                    f"mapping covers {mapping.num_elements} elements but the tensor has {len(ids)}")
             tiles = mapping.element_tiles()
@@ -203,6 +233,9 @@ class Graph:
             grain_size = self.target.vector_width(dtype)
         if min_elements_per_tile is None:
             min_elements_per_tile = -(-self.target.min_bytes_per_tile // dtype.size)
+        grain_size = as_int(grain_size, "map_tensor_linearly grain_size")
+        min_elements_per_tile = as_int(min_elements_per_tile,
+                                       "map_tensor_linearly min_elements_per_tile")
         expect(grain_size >= 1, GrucValueError, f"grain_size {grain_size} must be >= 1")
         expect(min_elements_per_tile >= 0, GrucValueError,
                f"min_elements_per_tile {min_elements_per_tile} must be >= 0")
@@ -255,6 +288,8 @@ class Graph:
 
     # ---- compute ----------------------------------------------------------------------------
     def add_compute_set(self, name: str = "") -> ComputeSet:
+        if not isinstance(name, str):
+            raise GrucTypeError(f"compute set name must be a string, got {name!r}")
         cs = ComputeSet(name or f"cs{len(self.compute_sets)}")
         self.compute_sets.append(cs)
         return cs
@@ -270,6 +305,11 @@ class Graph:
         if not isinstance(compute_set, ComputeSet) or compute_set not in self.compute_sets:
             raise GrucValueError("add_vertex needs a compute set of this graph")
         kind = vertex_kind(kind) if isinstance(kind, str) else kind
+        if not isinstance(kind, VertexKind):
+            raise GrucTypeError(f"vertex kind must be a kind name or a VertexKind, got {kind!r}")
+        if not isinstance(fields, Mapping):
+            raise GrucTypeError(f"vertex {kind.name} fields must be a dict of field name to "
+                                f"tensor, got {type(fields).__name__}")
         connected: dict[str, FieldValue] = {}
         for name, spec in kind.fields.items():
             if name not in fields:
@@ -294,6 +334,7 @@ class Graph:
             expect(kind.split is not None, GrucValueError,
                    f"vertex {kind.name} is not elementwise: give it a tile")
         else:
+            tile = as_int(tile, f"vertex {kind.name} tile")
             self._check_tiles(np.array([tile]), f"vertex {kind.name}")
         vertex = Vertex(kind, connected, dict(params), None if tile is None else int(tile))
         if kind.check is not None:
@@ -319,7 +360,8 @@ class Graph:
         self._stream(self.host_reads, name, tensor, "host read")
 
     def _stream(self, table: dict[str, Tensor], name: str, tensor: Tensor, what: str) -> None:
-        expect(isinstance(name, str) and bool(name), GrucValueError,
+        expect(isinstance(name, str) and bool(name), GrucTypeError if not isinstance(name, str)
+               else GrucValueError,
                f"{what} name must be a non-empty string, got {name!r}")
         expect(name not in table, GrucValueError, f"{what} {name!r} already exists")
         table[name] = self._own(tensor)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar, Union
 
 import numpy as np
 
-from gruc.errors import GrucIndexError, GrucShapeError, GrucValueError
+from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
 
 Shape = tuple[int, ...]
 
@@ -108,6 +108,20 @@ class ViewOp(ABC):
 
     keyword: ClassVar[str] = ""
     num_sources: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        """Every parameter of a view is an integer or a tuple of integers.  Checked here because
+        views are also built from text and JSON IR, where a parameter can be anything: a wrong
+        one must be a GrucTypeError naming it, not a TypeError deep in the shape rule."""
+        for item in fields(self):
+            value = getattr(self, item.name)
+            wants_tuple = str(item.type).startswith("tuple")
+            parts = value if wants_tuple and isinstance(value, tuple) else (value,)
+            if (wants_tuple and not isinstance(value, tuple)) or not all(
+                    isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                    for v in parts):
+                kind = "a tuple of integers" if wants_tuple else "an integer"
+                raise GrucTypeError(f"{self.keyword} {item.name} must be {kind}, got {value!r}")
 
     @abstractmethod
     def result_shape(self, shapes: list[Shape]) -> Shape:

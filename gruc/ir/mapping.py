@@ -9,9 +9,13 @@ Poplar form when a caller wants it.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
+
+from gruc.errors import GrucIndexError, GrucMappingError, GrucTypeError
 
 UNMAPPED = -1
 
@@ -53,6 +57,20 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
+def _interval(interval: object, tile: int, num_elements: int) -> tuple[int, int]:
+    """One ``(begin, end)`` of a per-tile mapping, checked against the tensor's size."""
+    try:
+        begin, end = (operator.index(v) for v in interval)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise GrucTypeError(f"tile {tile}'s interval {interval!r} must be a pair of integers "
+                            "(begin, end)") from None
+    if not 0 <= begin <= end <= num_elements:
+        raise GrucIndexError(f"tile {tile}'s interval [{begin}, {end}) is out of range for "
+                             f"{num_elements} elements (allowed 0 <= begin <= end <= "
+                             f"{num_elements})")
+    return begin, end
+
+
 @dataclass(frozen=True, eq=False)
 class TileMapping:
     """Runs of a flattened tensor's elements and the tile of each run."""
@@ -71,10 +89,28 @@ class TileMapping:
 
     @classmethod
     def from_per_tile(cls, per_tile: list[list[tuple[int, int]]], num_elements: int) -> "TileMapping":
-        """Build from Poplar's form: ``per_tile[tile]`` lists ``(begin, end)`` intervals."""
+        """Build from Poplar's form: ``per_tile[tile]`` lists ``(begin, end)`` intervals.
+
+        Every interval must lie within ``[0, num_elements]`` and no element may be named by two
+        intervals: numpy slicing would clip the first and let the last writer win the second,
+        hiding the mistake in a mapping that looks complete."""
+        if isinstance(per_tile, (str, bytes)) or not isinstance(per_tile, Iterable):
+            raise GrucTypeError(f"a tile mapping is a tile number, a TileMapping or one list of "
+                                f"(begin, end) intervals per tile; got {per_tile!r}")
         element_tiles = np.full(num_elements, UNMAPPED, dtype=np.int64)
         for tile, intervals in enumerate(per_tile):
-            for begin, end in intervals:
+            if isinstance(intervals, (str, bytes)) or not isinstance(intervals, Iterable):
+                raise GrucTypeError(f"tile {tile}'s mapping must be a list of (begin, end) "
+                                    f"intervals, got {intervals!r}")
+            for interval in intervals:
+                begin, end = _interval(interval, tile, num_elements)
+                taken = element_tiles[begin:end] != UNMAPPED
+                if np.any(taken):
+                    element = begin + int(np.argmax(taken))
+                    raise GrucMappingError(
+                        f"element {element} is mapped twice, to tile "
+                        f"{int(element_tiles[element])} and to tile {tile}; intervals must not "
+                        "overlap")
                 element_tiles[begin:end] = tile
         return cls.from_element_tiles(element_tiles)
 

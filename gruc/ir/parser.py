@@ -41,7 +41,8 @@ from gruc.types import ALL_TYPES, BOOL, DType
 __all__ = ["parse_module", "ModuleBuilder", "MAX_ELEMENTS", "groups_to_runs", "decode_scalars"]
 
 MAX_ELEMENTS = 2 ** 31
-"""Most elements a parsed module may hold in total (a guard against typos in shapes)."""
+"""Most elements a parsed module may hold in total, and one view may show (a guard against typos
+in shapes: a mistyped broadcast count must fail here, not as a MemoryError in a later pass)."""
 MAX_DEPTH = 200
 """Deepest program nesting the parser accepts."""
 MAP_CHUNK = 1 << 20
@@ -59,6 +60,10 @@ def groups_to_runs(groups: list[MappingGroup], num_tiles: int,
                    num_elements: int) -> tuple[np.ndarray, np.ndarray]:
     """Run tiles and lengths from mapping groups, after checking them against the variable."""
     total = 0
+    for group in groups:  # the JSON loader passes any int; numpy needs 64 bits
+        if not all(-_INT_LIMIT <= value < _INT_LIMIT for value in group):
+            raise GrucValueError(f"mapping group {list(group)} has a value out of range (at most "
+                                 "63 bits)")
     for tile, step, count, elements, grain in groups:
         if count < 1 or grain < 1 or elements < 1:
             raise GrucValueError(f"mapping group (tile {tile}, {count} runs, {elements} elements, "
@@ -134,6 +139,9 @@ class ModuleBuilder:
     """Builds a module from decoded statements, by name; raises GrucError on a semantic error."""
 
     def __init__(self, target: Target) -> None:
+        for key, value in target.model_dump().items():  # what the text header can spell
+            if isinstance(value, int) and not -_INT_LIMIT <= value < _INT_LIMIT:
+                raise GrucValueError(f"target {key}={value} is out of range (at most 63 bits)")
         self.graph = Graph(target)
         self.tensors: dict[str, Tensor] = {}
         self.compute_sets: dict[str, ComputeSet] = {}
@@ -206,9 +214,19 @@ class ModuleBuilder:
         names = [f.name for f in dataclass_fields(cls)]
         if sorted(args) != sorted(names):
             raise GrucValueError(f"{keyword} takes arguments {names}, got {sorted(args)}")
+        for f in dataclass_fields(cls):  # the JSON loader passes whatever the document holds
+            value = args[f.name]
+            items = value if _is_tuple_field(f) and isinstance(value, (list, tuple)) else [value]
+            if (_is_tuple_field(f) and items is not value) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in items):
+                want = "a list of integers" if _is_tuple_field(f) else "an integer"
+                raise GrucTypeError(f"{keyword} argument {f.name} must be {want}, got {value!r:.40}")
         op = cls(**{key: tuple(value) if isinstance(value, list) else value
                     for key, value in args.items()})
         view = Tensor.apply_view(op, tensors)
+        if view.num_elements > MAX_ELEMENTS:  # a broadcast can grow past what any variable may
+            raise GrucValueError(f"{keyword} gives {view.num_elements} elements; a view may hold "
+                                 f"at most {MAX_ELEMENTS}")
         if dtype is not None and (view.dtype != dtype or view.shape != shape):
             raise GrucValueError(f"{keyword} gives {view.dtype.short}{list(view.shape)}, but the "
                                  f"text says {dtype.short}{list(shape or ())}")
@@ -658,7 +676,10 @@ class _Parser:
         with self.at(k):
             self.builder.vertex(cs, kind, fields, params, tile)
 
-    def param(self) -> Any:
+    def param(self, depth: int = 0) -> Any:
+        """A parameter value; tuples and lists nest at most MAX_DEPTH deep (Python recursion)."""
+        if depth > MAX_DEPTH:
+            self.fail(f"at most {MAX_DEPTH} levels of nested tuples and lists")
         kind = self.kinds[self.pos]
         text = self.texts[self.pos]
         if kind == "int":
@@ -668,13 +689,13 @@ class _Parser:
         if self.accept("("):
             items = []
             while not self.accept(")"):
-                items.append(self.param())
+                items.append(self.param(depth + 1))
                 if not self.accept(","):
                     self.punct(")", "',' or ')'")
                     break
             return tuple(items)
         if self.accept("["):
-            return self.comma_list("]", self.param)
+            return self.comma_list("]", lambda: self.param(depth + 1))
         if kind == "ident":
             constants = {"true": True, "false": False, "none": None}
             if text in constants:

@@ -47,6 +47,31 @@ def _check_program(value: object, what: str) -> "Program":
     return value
 
 
+def _check_tensor(value: object, what: str) -> "Tensor":
+    """Program nodes are built by users as well as by ops: a non-tensor must fail here, naming
+    the node's argument, not later in a pass with an AttributeError."""
+    from gruc.ir.tensor import Tensor  # tensor.py's views do not need programs; avoid a cycle
+
+    if not isinstance(value, Tensor):
+        raise GrucTypeError(f"{what} must be a gruc Tensor, got {type(value).__name__}")
+    return value
+
+
+def _check_scalar(value: object, what: str) -> "Tensor":
+    tensor = _check_tensor(value, what)
+    if tensor.num_elements != 1:
+        raise GrucValueError(f"{what} must have one element, got shape {list(tensor.shape)}")
+    return tensor
+
+
+def check_sequence(prog: object, what: str) -> "Sequence":
+    """The ``prog`` an op builder appends to must be a :class:`Sequence` (ops call this first,
+    so a wrong argument is named before any variable or compute set is added)."""
+    if not isinstance(prog, Sequence):
+        raise GrucTypeError(f"{what} appends to a Sequence program, got {type(prog).__name__}")
+    return prog
+
+
 class Sequence(Program):
     """Programs run one after another; ``add`` appends (Poplar ``Sequence::add``)."""
 
@@ -77,6 +102,13 @@ class Execute(Program):
 
     compute_set: "ComputeSet"
 
+    def __post_init__(self) -> None:
+        from gruc.ir.graph import ComputeSet  # graph.py imports this module
+
+        if not isinstance(self.compute_set, ComputeSet):
+            raise GrucTypeError(f"Execute needs a ComputeSet (graph.add_compute_set), got "
+                                f"{type(self.compute_set).__name__}")
+
 
 @dataclass(frozen=True, eq=False)
 class Copy(Program):
@@ -86,6 +118,8 @@ class Copy(Program):
     dst: "Tensor"
 
     def __post_init__(self) -> None:
+        _check_tensor(self.src, "Copy source")
+        _check_tensor(self.dst, "Copy destination")
         if self.src.shape != self.dst.shape:
             raise GrucValueError(f"Copy shapes differ: src {list(self.src.shape)} vs dst "
                                  f"{list(self.dst.shape)}")
@@ -100,6 +134,9 @@ class WriteUndef(Program):
 
     tensor: "Tensor"
 
+    def __post_init__(self) -> None:
+        _check_tensor(self.tensor, "WriteUndef tensor")
+
 
 @dataclass(frozen=True, eq=False)
 class Repeat(Program):
@@ -109,7 +146,7 @@ class Repeat(Program):
     body: Program
 
     def __post_init__(self) -> None:
-        if not isinstance(self.count, int) or self.count < 0:
+        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 0:
             raise GrucValueError(f"Repeat count {self.count!r} must be an integer >= 0")
         _check_program(self.body, "Repeat body")
 
@@ -128,9 +165,7 @@ class RepeatWhileTrue(Program):
     def __post_init__(self) -> None:
         _check_program(self.condition, "RepeatWhileTrue condition")
         _check_program(self.body, "RepeatWhileTrue body")
-        if self.predicate.num_elements != 1:
-            raise GrucValueError(f"RepeatWhileTrue predicate must have one element, got shape "
-                                 f"{list(self.predicate.shape)}")
+        _check_scalar(self.predicate, "RepeatWhileTrue predicate")
 
     def children(self) -> tuple[Program, ...]:
         return (self.condition, self.body)
@@ -147,9 +182,7 @@ class If(Program):
     def __post_init__(self) -> None:
         _check_program(self.then, "If then-branch")
         _check_program(self.otherwise, "If else-branch")
-        if self.predicate.num_elements != 1:
-            raise GrucValueError(f"If predicate must have one element, got shape "
-                                 f"{list(self.predicate.shape)}")
+        _check_scalar(self.predicate, "If predicate")
 
     def children(self) -> tuple[Program, ...]:
         return (self.then, self.otherwise)
@@ -161,6 +194,13 @@ class Call(Program):
 
     function: "Function"
 
+    def __post_init__(self) -> None:
+        from gruc.ir.graph import Function  # graph.py imports this module
+
+        if not isinstance(self.function, Function):
+            raise GrucTypeError(f"Call needs a Function (graph.add_function), got "
+                                f"{type(self.function).__name__}")
+
 
 @dataclass(frozen=True, eq=False)
 class PrintTensor(Program):
@@ -168,6 +208,11 @@ class PrintTensor(Program):
 
     label: str
     tensor: "Tensor"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str):
+            raise GrucTypeError(f"PrintTensor label must be a string, got {self.label!r}")
+        _check_tensor(self.tensor, "PrintTensor tensor")
 
 
 @dataclass(frozen=True, eq=False)

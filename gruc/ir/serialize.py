@@ -275,11 +275,13 @@ class _Loader:
             self.call(where, builder.vertex, created, self.get(vertex, "kind", where, str),
                       fields, params, tile)
 
-    def param(self, value: Any, path: str) -> Any:
+    def param(self, value: Any, path: str, depth: int = 0) -> Any:
+        if depth > 200:  # as the text parser: deep nesting must not become a RecursionError
+            self.fail(path, "parameter values nest more than 200 levels deep")
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         if isinstance(value, list):
-            return [self.param(v, f"{path}[{k}]") for k, v in enumerate(value)]
+            return [self.param(v, f"{path}[{k}]", depth + 1) for k, v in enumerate(value)]
         if isinstance(value, dict) and len(value) == 1:
             (tag, inner), = value.items()
             if tag == "float" and inner in _NON_FINITE:
@@ -292,7 +294,8 @@ class _Loader:
                 except GrucError as error:
                     self.fail(f"{path}.expr", str(error))
             if tag == "tuple" and isinstance(inner, list):
-                return tuple(self.param(v, f"{path}.tuple[{k}]") for k, v in enumerate(inner))
+                return tuple(self.param(v, f"{path}.tuple[{k}]", depth + 1)
+                             for k, v in enumerate(inner))
         self.fail(path, f"unknown parameter value {value!r:.60}")
 
     def program(self, node: Any, path: str, depth: int = 0) -> Program:

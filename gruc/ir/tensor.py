@@ -14,6 +14,7 @@ Tensors compare and hash by identity: two views of the same elements are still t
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
@@ -28,11 +29,31 @@ if TYPE_CHECKING:
     from gruc.ir.graph import Graph
 
 
-def _as_shape(shape: Iterable[int], what: str = "shape") -> Shape:
+def as_int(value: object, what: str) -> int:
+    """``value`` as a Python int; a float, a bool or a string is refused rather than truncated
+    (``int(2.5)`` would silently make a size 2), naming ``what`` it was meant to be."""
+    if isinstance(value, (bool, np.bool_)):
+        raise GrucTypeError(f"{what} must be an integer, got {value!r}")
     try:
-        result = tuple(int(n) for n in shape)
-    except (TypeError, ValueError):
-        raise GrucTypeError(f"{what} {shape!r} must be a sequence of integers") from None
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise GrucTypeError(f"{what} must be an integer, got {value!r}") from None
+
+
+def as_ints(values: object, what: str) -> tuple[int, ...]:
+    """A sequence of integers (dims, permutations, bounds) as a tuple of Python ints."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise GrucTypeError(f"{what} {values!r} must be a sequence of integers")
+    items = tuple(values)
+    for item in items:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            raise GrucTypeError(f"{what} {list(items)!r} must be a sequence of integers; "
+                                f"{item!r} is not one")
+    return tuple(int(item) for item in items)
+
+
+def _as_shape(shape: Iterable[int], what: str = "shape") -> Shape:
+    result = as_ints(shape, what)
     for n in result:
         if n < 0:
             raise GrucShapeError(f"{what} {list(result)} has a negative size {n}; sizes must be >= 0")
@@ -57,6 +78,10 @@ class Tensor:
     @staticmethod
     def apply_view(op: ViewOp, sources: Sequence["Tensor"]) -> "Tensor":
         """The view ``op`` of ``sources`` (the one place views are made; the parser uses it too)."""
+        for k, source in enumerate(sources):
+            if not isinstance(source, Tensor):
+                raise GrucTypeError(f"{op.keyword} operand {k} must be a gruc Tensor, got "
+                                    f"{type(source).__name__}")
         first = sources[0]
         for other in sources[1:]:
             if other.graph is not first.graph:
@@ -69,14 +94,15 @@ class Tensor:
 
     def slice(self, begin: int | Sequence[int], end: int | Sequence[int], dim: int = 0) -> "Tensor":
         """Elements ``[begin, end)`` of dimension ``dim``; or, given sequences, of every dimension."""
-        if isinstance(begin, (int, np.integer)) and isinstance(end, (int, np.integer)):
-            self._check_dim(dim, "slice")
-            begins = [0] * self.rank
-            ends = list(self.shape)
-            begins[dim], ends[dim] = int(begin), int(end)
-            return self.apply_view(SliceOp(tuple(begins), tuple(ends)), [self])
-        return self.apply_view(SliceOp(tuple(int(b) for b in begin), tuple(int(e) for e in end)),
-                               [self])
+        if isinstance(begin, Iterable) and isinstance(end, Iterable):
+            return self.apply_view(SliceOp(as_ints(begin, "slice begin"),
+                                           as_ints(end, "slice end")), [self])
+        begin, end = as_int(begin, "slice begin"), as_int(end, "slice end")
+        self._check_dim(dim, "slice")
+        begins = [0] * self.rank
+        ends = list(self.shape)
+        begins[dim], ends[dim] = begin, end
+        return self.apply_view(SliceOp(tuple(begins), tuple(ends)), [self])
 
     def __getitem__(self, key) -> "Tensor":
         """numpy-style basic indexing: ints, slices (any step) and ``...`` are accepted."""
@@ -110,7 +136,13 @@ class Tensor:
         return self.slice(i, i + 1, dim).squeeze([dim])
 
     def _python_slice(self, key: slice, dim: int) -> "Tensor":
-        start, stop, step = key.indices(self.shape[dim])
+        if key.step == 0:
+            raise GrucValueError(f"slice step 0 on dimension {dim}: a step must be non-zero")
+        try:
+            start, stop, step = key.indices(self.shape[dim])
+        except TypeError:
+            raise GrucTypeError(f"slice {key!r} on dimension {dim} must have integer (or None) "
+                                "start, stop and step") from None
         count = len(range(start, stop, step))
         if step > 0:
             result = self.slice(start, start + max(count - 1, 0) * step + (count > 0), dim)
@@ -121,11 +153,12 @@ class Tensor:
 
     def subsample(self, stride: int, dim: int) -> "Tensor":
         """Every ``stride``-th element of ``dim`` (Poplar ``subSample``)."""
-        return self.apply_view(SubsampleOp(int(stride), int(dim)), [self])
+        return self.apply_view(SubsampleOp(as_int(stride, "subsample stride"),
+                                           as_int(dim, "subsample dim")), [self])
 
     def reverse(self, dim: int) -> "Tensor":
         """Dimension ``dim`` in reverse order."""
-        return self.apply_view(ReverseOp(int(dim)), [self])
+        return self.apply_view(ReverseOp(as_int(dim, "reverse dim")), [self])
 
     def reshape(self, shape: Iterable[int]) -> "Tensor":
         """Same elements in row-major order with a new shape."""
@@ -133,6 +166,7 @@ class Tensor:
 
     def reshape_partial(self, begin: int, end: int, new_dims: Iterable[int]) -> "Tensor":
         """Reshape only dimensions ``[begin, end)`` into ``new_dims``."""
+        begin, end = as_int(begin, "reshape_partial begin"), as_int(end, "reshape_partial end")
         if not 0 <= begin <= end <= self.rank:
             raise GrucIndexError(f"reshape_partial range [{begin}, {end}) is out of range for rank "
                                  f"{self.rank} (allowed 0 <= begin <= end <= {self.rank})")
@@ -142,8 +176,8 @@ class Tensor:
         """All dimensions as one (no arguments), or dimensions ``[begin, end)`` as one."""
         if begin is None and end is None:
             return self.reshape((self.num_elements,))
-        begin = 0 if begin is None else begin
-        end = self.rank if end is None else end
+        begin = 0 if begin is None else as_int(begin, "flatten begin")
+        end = self.rank if end is None else as_int(end, "flatten end")
         if not 0 <= begin < end <= self.rank:
             raise GrucIndexError(f"flatten range [{begin}, {end}) is out of range for rank "
                                  f"{self.rank} (allowed 0 <= begin < end <= {self.rank})")
@@ -151,7 +185,7 @@ class Tensor:
 
     def expand(self, dims: Iterable[int]) -> "Tensor":
         """Insert singleton dimensions at positions ``dims`` of the result (numpy ``expand_dims``)."""
-        dims = sorted(int(d) for d in dims)
+        dims = sorted(as_ints(dims, "expand positions"))
         rank = self.rank + len(dims)
         if len(set(dims)) != len(dims) or any(not 0 <= d < rank for d in dims):
             raise GrucIndexError(f"expand positions {dims} must be distinct and within 0..{rank - 1}")
@@ -164,7 +198,7 @@ class Tensor:
         """Remove singleton dimensions ``dims`` (all singleton dimensions if None)."""
         if dims is None:
             dims = [d for d, n in enumerate(self.shape) if n == 1]
-        dims = sorted(set(int(d) for d in dims))
+        dims = sorted(set(as_ints(dims, "squeeze dims")))
         for d in dims:
             self._check_dim(d, "squeeze")
             if self.shape[d] != 1:
@@ -174,7 +208,8 @@ class Tensor:
 
     def broadcast(self, times: int, dim: int) -> "Tensor":
         """The tensor repeated ``times`` times along ``dim`` (a singleton dim is stretched)."""
-        return self.apply_view(BroadcastOp(int(times), int(dim)), [self])
+        return self.apply_view(BroadcastOp(as_int(times, "broadcast count"),
+                                           as_int(dim, "broadcast dim")), [self])
 
     def broadcast_to(self, shape: Iterable[int]) -> "Tensor":
         """numpy broadcasting to ``shape``: leading dims added, singleton dims stretched."""
@@ -194,7 +229,7 @@ class Tensor:
 
     def dim_shuffle(self, perm: Iterable[int]) -> "Tensor":
         """Permute dimensions: result dim ``k`` is this tensor's dim ``perm[k]``."""
-        return self.apply_view(DimShuffleOp(tuple(int(p) for p in perm)), [self])
+        return self.apply_view(DimShuffleOp(as_ints(perm, "dim_shuffle permutation")), [self])
 
     def transpose(self) -> "Tensor":
         """Swap the two dimensions of a matrix (Poplar ``transpose`` is defined for rank 2 only)."""
@@ -213,6 +248,8 @@ class Tensor:
 
     def append(self, other: "Tensor", dim: int) -> "Tensor":
         """``other`` (one rank lower) appended as a new last element along ``dim`` (Poplar)."""
+        if not isinstance(other, Tensor):
+            raise GrucTypeError(f"append needs a gruc Tensor, got {type(other).__name__}")
         return concat([self, other.expand([dim])], dim)
 
     # ---- structure -------------------------------------------------------------------------
@@ -271,6 +308,7 @@ class Tensor:
         return list(seen.values())
 
     def _check_dim(self, dim: int, what: str) -> None:
+        dim = as_int(dim, f"{what} dimension")
         if not 0 <= dim < self.rank:
             raise GrucIndexError(f"{what}: dimension {dim} is out of range for shape "
                                  f"{list(self.shape)} (allowed 0..{self.rank - 1})")
@@ -313,9 +351,14 @@ class Variable(Tensor):
 
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along ``dim`` (a view; nothing is copied)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):
+        raise GrucTypeError(f"concat needs a list of tensors, got {type(tensors).__name__}")
     tensors = list(tensors)
     if not tensors:
         raise GrucValueError("concat needs at least one tensor")
     if len(tensors) == 1:
+        if not isinstance(tensors[0], Tensor):
+            raise GrucTypeError(f"concat operand 0 must be a gruc Tensor, got "
+                                f"{type(tensors[0]).__name__}")
         return tensors[0]
-    return Tensor.apply_view(ConcatOp(int(dim)), tensors)
+    return Tensor.apply_view(ConcatOp(as_int(dim, "concat dim")), tensors)

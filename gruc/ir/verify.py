@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gruc.errors import GrucError, GrucVerifyError
+from gruc.errors import GrucError, GrucProgramError, GrucVerifyError
 from gruc.ir.effects import EffectTable
 from gruc.ir.mapping import distinct
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
-from gruc.ir.program import Call, Copy, Execute, If, RepeatWhileTrue
+from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor
 
 CONTEXT_LINES = 3
@@ -211,3 +211,93 @@ class _Verifier:
 def verify(module: Module, *, require_local: bool = False) -> None:
     """Raise :class:`GrucVerifyError` if ``module`` breaks a rule; return None if it is valid."""
     _Verifier(module, require_local).run()
+
+
+class _Initialized:
+    """Which variables may hold a value at each step of a program, in execution order.
+
+    "May": an ``If`` joins what either branch writes, a loop body counts as run (``Repeat(0)``
+    aside) and a write of any element makes the whole variable written, so a step is flagged only
+    if nothing at all could have given it a value — the error is never a false alarm.  A step's
+    own writes count for its reads (an InOut field, a dynamic update of a fresh tensor)."""
+
+    def __init__(self, module: Module) -> None:
+        self.graph = module.graph
+        self.effects = EffectTable(module.graph)
+        self.host = {v.index for t in self.graph.host_writes.values() for v in t.variables()}
+        self.host |= {v.index for v in self.graph.variables if v.is_constant}
+        self.active: set[int] = set()
+        """Functions being walked: a Call back into one of them adds nothing new."""
+
+    def writes(self, node: Program) -> set[int]:
+        """Every variable ``node`` (and any function it calls) may write."""
+        result: set[int] = set()
+        for step in node.walk():
+            result |= self.effects.of(step).writes
+            if isinstance(step, Call) and id(step.function) not in self.active:
+                self.active.add(id(step.function))
+                result |= self.writes(step.function.program)
+                self.active.discard(id(step.function))
+        return result
+
+    def visit(self, node: Program, written: set[int], program: int) -> set[int]:
+        if isinstance(node, Sequence):
+            for child in node.programs:
+                written = self.visit(child, written, program)
+            return written
+        if isinstance(node, Repeat):
+            return self.visit(node.body, written, program) if node.count else written
+        if isinstance(node, Call):
+            if id(node.function) in self.active:
+                return written
+            self.active.add(id(node.function))
+            written = self.visit(node.function.program, written, program)
+            self.active.discard(id(node.function))
+            return written
+        if isinstance(node, RepeatWhileTrue):
+            written = self.visit(node.condition, written, program)
+            self.leaf(node, written, program)
+            return self.visit(node.body, written, program)
+        written = self.leaf(node, written, program)
+        if isinstance(node, If):
+            return (self.visit(node.then, set(written), program)
+                    | self.visit(node.otherwise, set(written), program))
+        return written
+
+    def leaf(self, node: Program, written: set[int], program: int) -> set[int]:
+        effect = self.effects.of(node)
+        written = written | effect.writes
+        for index in sorted(effect.reads - written):
+            var = self.graph.variables[index]
+            if not var.num_elements:
+                continue
+            raise GrucProgramError(
+                f"program {program} reads {var.name!r} {var.dtype}{list(var.shape)} in "
+                f"{type(node).__name__} before anything writes it: write it first (a program "
+                "step, graph.create_host_write and engine.write_tensor, or add_constant)")
+        return written
+
+
+def check_initialized(module: Module) -> dict[str, str]:
+    """Raise :class:`GrucProgramError` if a program reads a variable before anything could have
+    written it; return the host reads whose tensor nothing ever writes (stream -> variable name).
+
+    The engine calls this on the programs it is given, so the error names the user's tensor and
+    program rather than surfacing as a verifier failure inside the first pass.  Within a
+    program, "before" is execution order; what the host writes, constants and what any *other*
+    entry program writes count as written from the start (programs share one device state and
+    may run in any order).  A host read of a tensor nothing writes is not an error by itself (the
+    stream still holds the tensor's memory, which a memory study may want); the engine refuses
+    to *read* it (``Engine.read_tensor``).  Empty variables hold nothing to read."""
+    walker = _Initialized(module)
+    writes = [walker.writes(program) for program in module.programs]
+    for k, program in enumerate(module.programs):
+        others = set().union(*(w for j, w in enumerate(writes) if j != k))
+        walker.visit(program, walker.host | others, k)
+    ever = walker.host.union(*writes)
+    unwritten = {}
+    for name, tensor in module.graph.host_reads.items():
+        never = [v for v in tensor.variables() if v.index not in ever and v.num_elements]
+        if never:
+            unwritten[name] = f"{never[0].name!r} {never[0].dtype}{list(never[0].shape)}"
+    return unwritten

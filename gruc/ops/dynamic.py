@@ -12,12 +12,16 @@ Semantics (poplibs, ``docs/poplibs-notes.md`` §1.5):
   nothing: the slice result keeps whatever it held before (poplibs: undefined), the update is not
   applied.
 
-Placement.  The slice result is mapped like ``t``'s window at offset 0.  Work is split by
-*columns* — the elements of ``t`` that differ only in the sliced dims: each tile holding the first
-element of some columns runs one vertex over those columns, reading only the offset from elsewhere.
-When every column lives on one tile, as in poplibs' RNN sequence tensors (time-major on each tile,
-``gruc.ops.rnn``), a slice or update per time step is tile-local and costs no exchange but the
-offset; otherwise the vertex reads the rest of its columns remotely, and the cycle model counts it.
+Placement.  Work is split by *columns* — the elements of ``t`` that differ only in the sliced
+dims: each tile holding the first element of some columns (their *home*) runs one vertex over
+those columns.  When every column lives on one tile, as in poplibs' RNN sequence tensors
+(time-major on each tile, ``gruc.ops.rnn``), a slice or update per time step is tile-local and
+costs no exchange but the offset; otherwise the vertex reads the rest of its columns remotely, and
+the cycle model counts it.  A vertex may read remote memory but only write its own tile's, so
+the slice result is mapped like ``t``'s window at offset 0 with every column moved to its home
+tile (the same mapping whenever columns do not straddle tiles), and an update of a ``t`` whose
+columns straddle tiles goes through a staging copy of ``t`` with every column on its home tile:
+copy in, update, copy back — the exchange such a layout costs.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ import numpy as np
 
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.codelets.dynamic import OFFSET_TYPES
-from gruc.ir.graph import ComputeSet, Graph
-from gruc.ir.mapping import UNMAPPED, consecutive_runs
-from gruc.ir.program import Execute, Sequence as Seq
+from gruc.ir.graph import ComputeSet, Graph, check_op_args
+from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs
+from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, concat
 
 __all__ = ["dynamic_slice", "dynamic_update"]
@@ -78,6 +82,21 @@ def _columns(t: Tensor, dims: tuple[int, ...]) -> Tensor:
     return moved.reshape([t.shape[d] for d in dims] + [columns])
 
 
+def _column_tiles(graph: Graph, base: Tensor) -> tuple[np.ndarray, bool]:
+    """Home tile of every column of ``base`` (``[N..., M]``) and whether whole columns are there."""
+    tiles = graph.element_tiles(base).reshape(-1, base.shape[-1])
+    return tiles[0], bool(np.all(tiles == tiles[0]))
+
+
+def _map_columns_home(graph: Graph, fresh: Tensor, dims: tuple[int, ...], home: np.ndarray) -> None:
+    """Map the new variable ``fresh`` with each of its columns wholly on ``home``'s tile."""
+    columns = _columns(fresh, dims)
+    tiles = np.empty(fresh.num_elements, dtype=np.int64)
+    tiles[columns.flat_ids() - fresh.first_id] = np.broadcast_to(home, (
+        columns.num_elements // max(len(home), 1), len(home))).reshape(-1)
+    graph.set_tile_mapping(fresh, TileMapping.from_element_tiles(tiles))
+
+
 def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor, base: Tensor,
                          window_field: str, window: Tensor) -> None:
     """One ``kind`` vertex per tile, over the columns whose first base element is on that tile."""
@@ -108,11 +127,15 @@ def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
     The result has ``t``'s shape with ``dims[k]`` of size ``sizes[k]``, and is mapped like
     ``t``'s window at offset 0.  Out-of-range offsets leave it unwritten (see the module doc).
     """
+    check_op_args(graph, prog, "dynamic_slice")
     dims, sizes = _check_request(graph, t, offset, dims, sizes, "dynamic_slice")
     ends = list(t.shape)
     for d, s in zip(dims, sizes):
         ends[d] = s
     out = graph.clone(t.slice([0] * t.rank, ends), name or "dynamic_slice")
+    home, whole = _column_tiles(graph, _columns(t, dims))
+    if not whole:
+        _map_columns_home(graph, out, dims, home)
     cs = graph.add_compute_set(name or "dynamic_slice")
     _add_column_vertices(graph, cs, "DynamicSlice", offset, _columns(t, dims), "out",
                          _columns(out, dims))
@@ -127,6 +150,7 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
     ``s`` has ``t``'s shape with ``dims[k]`` of size ``sizes[k]`` and must not share elements
     with ``t``.  An out-of-range offset leaves ``t`` unchanged (see the module doc).
     """
+    check_op_args(graph, prog, "dynamic_update")
     dims, sizes = _check_request(graph, t, offset, dims, sizes, "dynamic_update")
     expect(isinstance(s, Tensor) and s.graph is graph, GrucTypeError,
            "dynamic_update slice must be a gruc Tensor of the same graph")
@@ -144,7 +168,15 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
                GrucValueError, f"dynamic_update {role} shares elements with the updated tensor")
     expect(not any(v.is_constant for v in t.variables()), GrucValueError,
            "dynamic_update cannot write into a constant")
+    home, whole = _column_tiles(graph, _columns(t, dims))
+    target = t
+    if not whole:
+        target = graph.add_variable(t.dtype, t.shape, f"{name or 'dynamic_update'}/staging")
+        _map_columns_home(graph, target, dims, home)
+        prog.add(Copy(t, target))
     cs = graph.add_compute_set(name or "dynamic_update")
-    _add_column_vertices(graph, cs, "DynamicUpdate", offset, _columns(t, dims), "update",
+    _add_column_vertices(graph, cs, "DynamicUpdate", offset, _columns(target, dims), "update",
                          _columns(s, dims))
     prog.add(Execute(cs))
+    if target is not t:
+        prog.add(Copy(target, t))

@@ -24,7 +24,7 @@ import numpy as np
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir import expr as ex
-from gruc.ir.graph import Graph
+from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor
@@ -45,6 +45,22 @@ def _check_operands(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor]) -> t
     except ValueError:
         shapes = ", ".join(str(list(t.shape)) for t in tensors)
         raise GrucShapeError(f"operand shapes {shapes} do not broadcast together") from None
+
+
+def _check_number(value: object, what: str) -> None:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise GrucTypeError(f"{what} must be a number (bool, int or float), got {value!r}")
+
+
+def _check_writable(target: Tensor, what: str) -> None:
+    """An op that writes ``target`` in place refuses a constant: the verifier would only say a
+    Copy writes a constant, far from the call that asked for it."""
+    constants = [v.name for v in target.variables() if v.is_constant]
+    if constants:
+        raise GrucValueError(f"{what} cannot write into constant {constants[0]!r}; constants "
+                             "are read-only")
 
 
 def has_aliases(tensor: Tensor) -> bool:
@@ -138,6 +154,7 @@ def _emit(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out: Tensor, p
 def map(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], prog: Seq,  # noqa: A001
         name: str = "") -> Tensor:
     """A new tensor holding ``expr`` over ``tensors`` (popops ``map``)."""
+    check_op_args(graph, prog, "map")
     expr = ex.as_expr(expr)
     tensors = list(tensors)
     shape = _check_operands(graph, expr, tensors)
@@ -150,6 +167,7 @@ def map(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], prog: Seq,  
 def map_with_output(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], out: Tensor,
                     prog: Seq, name: str = "") -> None:
     """Write ``expr`` over ``tensors`` into ``out`` (popops ``mapWithOutput``)."""
+    check_op_args(graph, prog, "map_with_output")
     expr = ex.as_expr(expr)
     tensors = list(tensors)
     shape = _check_operands(graph, expr, tensors + [out])
@@ -166,12 +184,14 @@ def map_with_output(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], 
 def map_in_place(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], prog: Seq,
                  name: str = "") -> None:
     """``tensors[0] = expr(tensors...)`` (popops ``mapInPlace``)."""
+    check_op_args(graph, prog, "map_in_place")
     expr = ex.as_expr(expr)
     tensors = list(tensors)
     if not tensors:
         raise GrucValueError("map_in_place needs at least the tensor to update")
     target = tensors[0]
     shape = _check_operands(graph, expr, tensors)
+    _check_writable(target, "map_in_place")
     if shape != target.shape:
         raise GrucShapeError(f"map_in_place target has shape {list(target.shape)} but the operands "
                              f"broadcast to {list(shape)}")
@@ -234,6 +254,8 @@ def div_in_place(graph: Graph, a: Tensor, b: Tensor, prog: Seq, name: str = "") 
 def scaled_add_to(graph: Graph, a: Tensor, b: Tensor, scale: float | Tensor, prog: Seq,
                   name: str = "") -> None:
     """``a += scale * b``; ``scale`` is a number or a one-element tensor (popops ``scaledAddTo``)."""
+    if not isinstance(scale, Tensor):
+        _check_number(scale, "scaled_add_to scale")
     if isinstance(scale, Tensor):
         if scale.num_elements != 1:
             raise GrucShapeError(f"scaled_add_to scale must have one element, got shape "
@@ -248,6 +270,10 @@ def scaled_add_to(graph: Graph, a: Tensor, b: Tensor, scale: float | Tensor, pro
 
 def fill(graph: Graph, t: Tensor, value: float | int | bool, prog: Seq, name: str = "") -> None:
     """Set every element of ``t`` to ``value`` (popops ``fill``)."""
+    check_op_args(graph, prog, "fill")
+    _check_operands(graph, ex.Const(0), [t])
+    _check_number(value, "fill value")
+    _check_writable(t, "fill")
     _add_map_vertex(graph, ex.Const(value if not t.dtype.is_float else float(value), t.dtype), [],
                     t, prog, name or "fill", in_place=False)
 

@@ -47,10 +47,10 @@ from pydantic import Field, field_validator
 
 from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking, mac_cycles
-from gruc.ir.graph import Graph
+from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, as_ints
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
 from gruc.validated import GrucModel
@@ -135,7 +135,7 @@ def matmul_options(options: "Mapping[str, Any] | MatMulOptions | None") -> MatMu
 # ---- shapes -----------------------------------------------------------------------------------
 def _dims(what: str, a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[int, int, int, int]:
     """``(G, M, K, N)`` of ``A x B``; G = 1 for matrices."""
-    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    a_shape, b_shape = as_ints(a_shape, f"{what} A shape"), as_ints(b_shape, f"{what} B shape")
     if len(a_shape) == 2 and len(b_shape) == 2:
         (M, K), (K2, N) = a_shape, b_shape
         G = G2 = 1
@@ -307,6 +307,8 @@ def plan_mat_mul(target: Target, dtype: DType | str, a_shape: Sequence[int],
                  *, out_type: DType | str | None = None) -> MatMulPlan:
     """The plan ``mat_mul`` uses for these shapes (``mat_mul_acc`` uses it too, with a reduction
     even when ``direct``: it must add to C).  Cached."""
+    if not isinstance(target, Target):
+        raise GrucTypeError(f"plan_mat_mul needs a gruc Target, got {type(target).__name__}")
     opts = matmul_options(options)
     in_type = _float_type("plan_mat_mul", dtype)
     out = _float_type("plan_mat_mul", out_type) if out_type is not None else in_type
@@ -385,6 +387,7 @@ def pre_arrange_mat_mul_input_rhs(graph: Graph, a_shape: Sequence[int], b: Tenso
                                   name: str = "") -> Tensor:
     """B copied once into the layout ``create_mat_mul_input_rhs`` gives (poplin
     ``preArrangeMatMulInputRHS``); pass the result with ``inputRHSIsPreArranged``."""
+    check_op_args(graph, prog, "pre_arrange_mat_mul_input_rhs")
     _check_tensor("pre_arrange_mat_mul_input_rhs", "B", graph, b)
     arranged = create_mat_mul_input_rhs(graph, b.dtype, a_shape, b.shape,
                                         name or "matmul_rhs_arranged", options)
@@ -462,6 +465,7 @@ def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | 
             options: "Mapping[str, Any] | MatMulOptions | None" = None, name: str = "") -> Tensor:
     """``A x B`` as a new tensor (poplin ``matMul`` / ``matMulGrouped``): ``[m, k] x [k, n] ->
     [m, n]`` or ``[g, m, k] x [g, k, n] -> [g, m, n]``; of ``out_type`` (default: A's type)."""
+    check_op_args(graph, prog, "mat_mul")
     plan = _prepare("mat_mul", graph, a, b, options, out_type)
     G, M, _, N = plan.shape
     dtype = a.dtype if out_type is None else dtype_of(out_type)
@@ -476,6 +480,7 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
     """``C += k * A x B`` in place (poplin ``matMulAcc``); ``k`` is a number or a one-element
     half / float tensor."""
     what = "mat_mul_acc"
+    check_op_args(graph, prog, what)
     _check_tensor(what, "C", graph, c)
     plan = _prepare(what, graph, a, b, options, c.dtype)
     G, M, _, N = plan.shape

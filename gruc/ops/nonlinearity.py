@@ -45,7 +45,7 @@ import math
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir import expr as ex
 from gruc.ir.expr import _1, _2, Const
-from gruc.ir.graph import Graph
+from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.program import Sequence as Seq
 from gruc.ir.tensor import Tensor
 from gruc.ops.elementwise import cast, create_output, map, map_in_place, map_with_output
@@ -222,6 +222,7 @@ def non_linearity(graph: Graph, kind: NonLinearity | str, t: Tensor, prog: Seq,
                   name: str = "") -> Tensor:
     """A new tensor holding ``kind`` applied to ``t`` (popnn ``nonLinearity``), mapped like
     ``t``."""
+    check_op_args(graph, prog, "non_linearity")
     kind = non_linearity_of(kind)
     t = _check(graph, t, "non-linearity input")
     name = name or kind.value
@@ -233,6 +234,7 @@ def non_linearity(graph: Graph, kind: NonLinearity | str, t: Tensor, prog: Seq,
 def non_linearity_in_place(graph: Graph, kind: NonLinearity | str, t: Tensor, prog: Seq,
                            name: str = "") -> None:
     """Apply ``kind`` to ``t`` in place (popnn ``nonLinearityInPlace``)."""
+    check_op_args(graph, prog, "non_linearity_in_place")
     kind = non_linearity_of(kind)
     t = _check(graph, t, "non-linearity input")
     name = name or kind.value
@@ -247,6 +249,7 @@ def non_linearity_input_gradient(graph: Graph, kind: NonLinearity | str, out: Te
     """The gradient with respect to the non-linearity's input, from its output ``out`` (for GELU:
     its *input*) and the gradient ``out_grad`` of its output (popnn
     ``nonLinearityInputGradient``).  A new tensor mapped like ``out``."""
+    check_op_args(graph, prog, "non_linearity_input_gradient")
     kind = non_linearity_of(kind)
     out = _check(graph, out, "non-linearity output")
     out_grad = _check(graph, out_grad, "non-linearity output gradient")

@@ -47,7 +47,7 @@ from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucT
                          GrucValueError)
 from gruc.ir.codelets.reduce import (Operation, check_reduce_types, identity, operation_of,
                                      partials_dtype)
-from gruc.ir.graph import Graph
+from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.layout import Strided, contiguous_strides
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute
@@ -419,6 +419,7 @@ def reduce(graph: Graph, t: Tensor, dims: Iterable[int] | int, op: Operation | s
     """A new tensor: ``t`` reduced over ``dims`` with ``op`` and multiplied by ``scale``
     (popops ``reduce``).  The result is ``out_type`` (default: ``t``'s type) and mapped like the
     input reduced (see the module docstring)."""
+    check_op_args(graph, prog, "reduce")
     t = _check_tensor(graph, t, "reduce input")
     op = operation_of(op)
     dims = _normalise_dims(t, dims)
@@ -438,6 +439,7 @@ def reduce_with_output(graph: Graph, t: Tensor, out: Tensor, dims: Iterable[int]
     ``update=True`` add it instead (``out += scale * reduce(t)``, ADD and SQUARE_ADD only).
     ``out``'s tile mapping is kept; elements it leaves unmapped are mapped like the input
     reduced."""
+    check_op_args(graph, prog, "reduce_with_output")
     t = _check_tensor(graph, t, "reduce input")
     out = _check_tensor(graph, out, "reduce output")
     op = operation_of(op)

@@ -11,9 +11,10 @@ from gruc.passes.dce import DeadCodeElimination
 from gruc.passes.exchange import Exchange
 from gruc.passes.inplace_fusion import InplaceFusion
 from gruc.passes.plan_memory import PlanMemory
+from gruc.passes.shard import Shard
 
 PASSES: dict[str, type] = {cls.name: cls for cls in (
-    Canonicalize, InplaceFusion, CopyElimination, DeadCodeElimination, Exchange, PlanMemory)}
+    Canonicalize, InplaceFusion, CopyElimination, DeadCodeElimination, Exchange, PlanMemory, Shard)}
 
 DEFAULT_PIPELINE = "canonicalize,inplace-fusion,copy-elim,dce"
 """Straight lines first (fusion works within one Sequence), then fusion and in-place updates, then

@@ -22,7 +22,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
 
-from gruc.errors import GrucError, GrucOptionError, GrucParseError, GrucVerifyError
+from gruc.errors import (GrucError, GrucOptionError, GrucParseError, GrucTypeError,
+                         GrucVerifyError)
 from gruc.ir.module import Module
 
 
@@ -146,6 +147,8 @@ def run_pipeline(module: Module, pipeline: str | list[Pass], *, verify_each: boo
     """Apply ``pipeline`` to ``module``; see the module docstring for the switches."""
     from gruc.ir.verify import verify
 
+    if not isinstance(module, Module):
+        raise GrucTypeError(f"run_pipeline needs a Module, got {type(module).__name__}")
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     run = PipelineRun(module)
     for p in passes:

@@ -18,6 +18,10 @@ original results.  Consequences worth knowing:
 * a pass verifies the module it is given unless another pass made it (valid in, valid out), so a
   pipeline verifies its input once, and invalid input fails naming the first pass.
 
+The one exception is ``shard``: what it changes is the *placement* of existing variables (host
+streams included), which extending cannot do, so it returns a module over a copy of the graph and
+leaves the caller's alone.  Take the graph of a pass's result from the result (``module.graph``).
+
 Why here and not in each pass: every pass must rebuild trees the same way (keeping the identity of
 untouched subtrees, which analyses key on), and tensor substitution through views is subtle enough
 to be written once.
@@ -311,11 +315,14 @@ def copy_compute_set(graph: Graph, cs: ComputeSet,
 
 
 def add_vertex_like(graph: Graph, cs: ComputeSet, vertex: Vertex,
-                    fields: dict[str, Tensor | tuple[Tensor, ...]]) -> Vertex:
-    """A vertex of ``vertex``'s kind, tile and parameters over ``fields``, added to ``cs``."""
+                    fields: dict[str, Tensor | tuple[Tensor, ...]],
+                    tile: int | None = None) -> Vertex:
+    """A vertex of ``vertex``'s kind, tile (unless ``tile`` moves it) and parameters over
+    ``fields``, added to ``cs``."""
     connected = {name: list(value) if isinstance(value, tuple) else value
                  for name, value in fields.items()}
-    return graph.add_vertex(cs, vertex.kind, connected, tile=vertex.tile, **vertex.params)
+    return graph.add_vertex(cs, vertex.kind, connected,
+                            tile=vertex.tile if tile is None else tile, **vertex.params)
 
 
 # ---- elementwise steps: the Map / MapInPlace vertices fusion and in-place rewrites rebuild ------

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from pydantic import Field, model_validator
 
-from gruc.errors import GrucValueError
+from gruc.errors import GrucTypeError, GrucValueError
 from gruc.plan.layer import PLAN_IGNORED, effective_pipeline
 from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.validated import GrucModel
@@ -81,8 +81,9 @@ class SweepSpec(GrucModel):
             try:
                 result.append(GruLayerConfig(**self.fixed, **values))
             except GrucValueError as error:
-                named = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the fixed flags"
-                raise type(error)(f"configuration {named}: {error}") from None
+                named = ", ".join(f"{k}={v!r}" for k, v in values.items())
+                where = f"configuration {named}" if named else "the fixed flags"
+                raise type(error)(f"{where}: {error}") from None
         return result
 
     def with_value(self, name: str, value: Any) -> "SweepSpec":
@@ -114,6 +115,12 @@ def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
     if convert is int:
         return tuple(start + k * step for k in range(count))
     return tuple(round(start + k * step, 12) for k in range(count))
+
+
+def check_spec(spec: object, what: str) -> None:
+    """Sweep entry points take a :class:`SweepSpec`; anything else is named, not failed on."""
+    if not isinstance(spec, SweepSpec):
+        raise GrucTypeError(f"{what} needs a SweepSpec, got {type(spec).__name__}")
 
 
 def parse_values(text: str, convert: Callable[[str], Any], *, flag: str,

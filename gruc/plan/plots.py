@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
+from gruc.runtime.report import atomic_file
 
 PANELS = (
     ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
@@ -141,14 +141,6 @@ def plot_tile_heatmap(plan: LayerPlan, path: str | os.PathLike) -> Path:
 
 def _save(figure, path: Path) -> Path:
     """Write ``figure`` as PNG to ``path`` atomically (a reader never sees half an image)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format="png", dpi=80)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=80)
     return path

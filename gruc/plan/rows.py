@@ -6,7 +6,8 @@ is written at once, and both files are replaced atomically
 sees the previous complete set of rows or the new one, never a torn file.  ``rows.json`` is the
 record the next run resumes from: rows are keyed by their ``config`` column (the canonical flags
 of the configuration), so a configuration already there is not computed again, whatever the grid
-it came from.  One sweep at a time per directory.
+it came from.  One sweep at a time per directory, which is what lets a new run delete the
+temporary files a killed one left.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gruc.errors import GrucValueError
-from gruc.runtime.report import write_text_atomically
+from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
 
 JSON_NAME = "rows.json"
 CSV_NAME = "rows.csv"
@@ -55,6 +56,9 @@ class RowStore:
                                      "with a 'config' key); move it away or choose another --out")
             for row in loaded:
                 self._remember(row)
+        for name in (JSON_NAME, CSV_NAME):  # what a killed run was writing: never a result
+            for stale in self.directory.glob(f"{TEMPORARY_PREFIX}*-{name}"):
+                stale.unlink(missing_ok=True)
 
     @property
     def json_path(self) -> Path:

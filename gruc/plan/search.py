@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gruc.errors import GrucValueError
-from gruc.plan.grid import SweepSpec
+from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layer import config_key, plan_row
 from gruc.plan.rows import RowStore
 from gruc.plan.sweep import Progress
@@ -103,6 +103,7 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], low: int, limit: int
 def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int = DEFAULT_LIMIT,
              progress: bool | None = None) -> list[FindMaxResult]:
     """For each point of ``spec``'s grid, the largest value of ``flag`` that fits (see module)."""
+    check_spec(spec, "find_max")
     if flag not in SEARCHABLE:
         raise GrucValueError(f"cannot search flag {flag!r}; searchable flags: "
                              f"{', '.join(SEARCHABLE)}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gruc.plan.executors import make_executor
-from gruc.plan.grid import SweepSpec
+from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layer import config_key, parameter_values, plan_row
 from gruc.plan.rows import RowStore
 from gruc.popnn.gru_layer import GruLayerConfig
@@ -87,6 +87,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     return); ``progress``: force the progress bar on or off (default: on when stderr is a
     terminal).
     """
+    check_spec(spec, "run_sweep")
     start = time.perf_counter()
     configs = spec.configs()
     keys = [config_key(c, spec.pipeline) for c in configs]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from gruc.errors import GrucShapeError, GrucValueError, expect
+from gruc.errors import GrucTypeError, GrucValueError, expect
 from gruc.ir import expr as ex
 from gruc.ir.graph import Graph
 from gruc.ir.program import Copy, Sequence, WriteUndef
@@ -40,7 +40,8 @@ from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.ops.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
                                    gru_flops_wu, gru_num_shards)
 from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
-                                   check_weights, from_internal_order, weights_in_order)
+                                   check_layer_args, check_tensor, check_weights,
+                                   from_internal_order, weights_in_order)
 
 OptionsLike = GruOptions | dict[str, Any] | None
 
@@ -52,8 +53,21 @@ class ForwardResult(NamedTuple):
     intermediates: Tensor | None
 
 
+def _check_creator(graph: Graph, params: GruParams, what: str) -> None:
+    """What every creator takes: a graph and the layer's parameters."""
+    if not isinstance(graph, Graph):
+        raise GrucTypeError(f"{what} needs a gruc Graph, got {type(graph).__name__}")
+    _check_params(params, what)
+
+
+def _check_params(params: GruParams, what: str) -> None:
+    if not isinstance(params, GruParams):
+        raise GrucTypeError(f"{what} needs GruParams, got {type(params).__name__}")
+
+
 def num_shards(graph: Graph, params: GruParams, options: OptionsLike = None) -> int:
     """The layer's time shards: the ``numShards`` option, else poplibs' heuristic."""
+    _check_creator(graph, params, "num_shards")
     opts = GruOptions.parse(options)
     return gru_num_shards(graph.target, params.rnn, output_full_sequence=params.output_full_sequence,
                           reset_after=params.reset_after, requested=opts.num_shards)
@@ -63,7 +77,8 @@ def num_shards(graph: Graph, params: GruParams, options: OptionsLike = None) -> 
 def create_input(graph: Graph, params: GruParams, name: str = "input",
                  options: OptionsLike = None) -> Tensor:
     """``[S, B, I]`` sharded over time."""
-    return create_input_tensor(graph, params.rnn, num_shards(graph, params, options), name)
+    shards = num_shards(graph, params, options)
+    return create_input_tensor(graph, params.rnn, shards, name)
 
 
 def create_initial_state(graph: Graph, params: GruParams, name: str = "initState",
@@ -86,6 +101,7 @@ def _flatten_units(t: Tensor) -> Tensor:
 def create_weights_kernel(graph: Graph, params: GruParams, name: str = "weights",
                           options: OptionsLike = None) -> tuple[Tensor, Tensor]:
     """``(input_weights [3,I,H], output_weights [3,H,H])`` in cell order, laid out for the matmuls."""
+    _check_creator(graph, params, "create_weights_kernel")
     opts = GruOptions.parse(options)
     mm = opts.matmul_options("INFERENCE_FWD" if opts.inference_only else "TRAINING_FWD")
     i, h, b = params.input_size, params.hidden_size, params.batch_size
@@ -106,6 +122,7 @@ def create_weights_kernel(graph: Graph, params: GruParams, name: str = "weights"
 def create_weights_biases(graph: Graph, params: GruParams, name: str = "biases",
                           options: OptionsLike = None) -> Tensor:
     """``[3, H]`` (or ``[3, 2, H]`` with reset-after) in cell order, mapped linearly."""
+    _check_creator(graph, params, "create_weights_biases")
     GruOptions.parse(options)
     shape = (3, 2, params.hidden_size) if params.reset_after else (3, params.hidden_size)
     biases = graph.add_variable(params.dtype, shape, name)
@@ -286,17 +303,18 @@ def _forward(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
              weights: GruWeights, prog: Sequence, save_intermediates: bool,
              real_time_steps: Tensor | None, attention: Tensor | None, name: str,
              options: OptionsLike) -> ForwardResult:
+    check_layer_args(graph, params, prog, name or "gru_fwd")
+    expect(isinstance(save_intermediates, bool), GrucTypeError,
+           f"save_intermediates must be True or False, got {save_intermediates!r}")
+    expect(isinstance(name, str), GrucTypeError, f"GRU name must be a string, got {name!r}")
     opts = GruOptions.parse(options)
     params = _lengths_for(params, real_time_steps)
     s, b, i, h = params.max_time_steps, params.batch_size, params.input_size, params.hidden_size
-    expect(input.shape == (s, b, i), GrucShapeError,
-           f"GRU input has shape {list(input.shape)}, the layer needs {[s, b, i]}")
-    expect(init_state.shape == (b, h), GrucShapeError,
-           f"GRU initial state has shape {list(init_state.shape)}, the layer needs {[b, h]}")
+    check_tensor("input", input, (s, b, i), params.dtype)
+    check_tensor("initial state", init_state, (b, h), params.dtype)
     check_weights(params, weights)
     if attention is not None:
-        expect(attention.shape == (b, s), GrucShapeError,
-               f"AUGRU attention has shape {list(attention.shape)}, the layer needs {[b, s]}")
+        check_tensor("AUGRU attention", attention, (b, s), params.dtype)
     shards = num_shards(graph, params, opts)
     rnn_params = params.rnn
     name = name or "gru"
@@ -358,15 +376,18 @@ def au_gru_fwd(graph: Graph, params: GruParams, init_state: Tensor, input: Tenso
 
 
 def get_basic_gru_cell_fwd_flops(params: GruParams) -> int:
+    _check_params(params, "get_basic_gru_cell_fwd_flops")
     return gru_flops_fwd(params.batch_size, params.max_time_steps, *params.layer_sizes)
 
 
 def get_basic_gru_cell_bwd_flops(params: GruParams) -> int:
+    _check_params(params, "get_basic_gru_cell_bwd_flops")
     return gru_flops_bwd(params.batch_size, params.max_time_steps, *params.layer_sizes,
                          calc_input_gradients=params.calc_input_gradients)
 
 
 def get_basic_gru_cell_wu_flops(params: GruParams) -> int:
+    _check_params(params, "get_basic_gru_cell_wu_flops")
     return gru_flops_wu(params.batch_size, params.max_time_steps, *params.layer_sizes)
 
 

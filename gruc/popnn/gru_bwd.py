@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from gruc.errors import GrucShapeError, GrucTypeError, expect
 from gruc.ir import expr as ex
 from gruc.ir.graph import Graph
 from gruc.ir.program import Copy, Sequence, WriteUndef
@@ -65,8 +64,8 @@ from gruc.ops.rnn import (RnnSlice, TimeStep, create_input_tensor, create_output
                           shift_rnn_tensor)
 from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.ops.rnn_geometry import code_reuse_default
-from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights, check_weights,
-                                   weights_in_order)
+from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights,
+                                   check_layer_args, check_tensor, check_weights, weights_in_order)
 from gruc.types import FLOAT, HALF, DType
 
 __all__ = ["GruGradients", "interleaved_wu_is_beneficial", "gru_bwd", "au_gru_bwd", "gru_wu",
@@ -417,37 +416,28 @@ class _UpdateCell:
 
 
 # ---- shared set-up -------------------------------------------------------------------------------
-def _check(what: str, tensor: Tensor | None, shape: tuple[int, ...], dtype: DType,
-           hint: str = "") -> None:
-    expect(isinstance(tensor, Tensor), GrucTypeError,
-           f"GRU {what} must be a gruc Tensor, got {type(tensor).__name__}{hint}")
-    expect(tensor.shape == shape, GrucShapeError,
-           f"GRU {what} has shape {list(tensor.shape)}, the layer needs {list(shape)}{hint}")
-    expect(tensor.dtype == dtype, GrucTypeError,
-           f"GRU {what} is {tensor.dtype.name}, the layer is {dtype.name}")
-
-
 def _check_common(params: GruParams, fwd_output_init: Tensor, fwd_intermediates: Tensor,
                   weights: GruWeights, fwd_input: Tensor, fwd_output: Tensor) -> None:
     """The arguments every backward and weight-update builder takes."""
     s, b, i, h = params.max_time_steps, params.batch_size, params.input_size, params.hidden_size
     dtype = params.dtype
-    _check("initial state (fwd_output_init)", fwd_output_init, (b, h), dtype)
+    check_tensor("initial state (fwd_output_init)", fwd_output_init, (b, h), dtype)
     k = params.num_intermediates
-    _check("forward intermediates", fwd_intermediates, (s, k, b, h), dtype,
-           " (r, u, c" + (", h" if not params.output_full_sequence else "")
-           + (", c_rec" if params.reset_after else "") + " for this layer: run gru_fwd with "
-           "save_intermediates=True and the same params)")
+    check_tensor("forward intermediates", fwd_intermediates, (s, k, b, h), dtype,
+                 " (r, u, c" + (", h" if not params.output_full_sequence else "")
+                 + (", c_rec" if params.reset_after else "") + " for this layer: run gru_fwd "
+                 "with save_intermediates=True and the same params)")
     check_weights(params, weights)
-    _check("forward input", fwd_input, (s, b, i), dtype)
-    _check("forward output", fwd_output,
-           (s, b, h) if params.output_full_sequence else (b, h), dtype,
-           "" if params.output_full_sequence else " (output_full_sequence is off: the last state)")
+    check_tensor("forward input", fwd_input, (s, b, i), dtype)
+    check_tensor("forward output", fwd_output,
+                 (s, b, h) if params.output_full_sequence else (b, h), dtype,
+                 "" if params.output_full_sequence
+                 else " (output_full_sequence is off: the last state)")
 
 
 def _check_attention(params: GruParams, attentions: Tensor) -> None:
-    _check("attention scores", attentions, (params.batch_size, params.max_time_steps),
-           params.dtype)
+    check_tensor("attention scores", attentions, (params.batch_size, params.max_time_steps),
+                 params.dtype)
 
 
 def _code_reuse(options: GruOptions, shards: int) -> bool:
@@ -492,13 +482,15 @@ def _backward(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init: 
               name: str, options: GruOptions | dict | None) -> GruGradients:
     """poplibs ``gruBwdImpl``: the reverse loop; with ``update_weights`` it accumulates the
     weight gradients as it goes."""
+    check_layer_args(graph, params, prog, name)
     opts = GruOptions.parse(options)
     params = _lengths_for(params, real_time_steps)
     _check_common(params, fwd_output_init, fwd_intermediates, weights, fwd_input, fwd_output)
     s, b, h = params.max_time_steps, params.batch_size, params.hidden_size
     full = params.output_full_sequence
-    _check("output gradient (grad_layer_next)", grad_layer_next, (s, b, h) if full else (b, h),
-           params.dtype, "" if full else " (output_full_sequence is off: the last state's)")
+    check_tensor("output gradient (grad_layer_next)", grad_layer_next,
+                 (s, b, h) if full else (b, h), params.dtype,
+                 "" if full else " (output_full_sequence is off: the last state's)")
     if attentions is not None:
         _check_attention(params, attentions)
     shards = num_shards(graph, params, opts)
@@ -557,12 +549,13 @@ def _weight_update(graph: Graph, params: GruParams, prog: Sequence, fwd_output_i
                    fwd_input: Tensor, fwd_output: Tensor, real_time_steps: Tensor | None,
                    name: str, options: GruOptions | dict | None) -> GruGradients:
     """poplibs ``gruWUImpl``: a reverse loop over the saved gate gradients."""
+    check_layer_args(graph, params, prog, name)
     opts = GruOptions.parse(options)
     params = _lengths_for(params, real_time_steps)
     _check_common(params, fwd_output_init, fwd_intermediates, weights, fwd_input, fwd_output)
     s, b, h = params.max_time_steps, params.batch_size, params.hidden_size
-    _check("backward intermediates", bwd_intermediates, (s, 3, b, h), params.dtype,
-           " (dr, du, dc: gru_bwd with save_bwd_intermediates=True)")
+    check_tensor("backward intermediates", bwd_intermediates, (s, 3, b, h), params.dtype,
+                 " (dr, du, dc: gru_bwd with save_bwd_intermediates=True)")
     shards = num_shards(graph, params, opts)
     accumulators = _Accumulators(graph, params, weights, opts, prog, name)
     inputs = [_input_copy(graph, params, fwd_input, shards, prog, name),

@@ -16,11 +16,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from gruc.errors import GrucTypeError
 from gruc.ir.graph import Graph
 from gruc.ir.program import Sequence
 from gruc.ir.tensor import Tensor
 from gruc.popnn import gru, gru_reference
-from gruc.popnn.gru_params import GruParams
+from gruc.popnn.gru_params import Activation, GruParams
 from gruc.runtime.engine import Engine
 from gruc.target import Target
 from gruc.types import UNSIGNED_INT, dtype_of
@@ -62,7 +63,7 @@ class GruLayerConfig(GrucModel):
     available_memory_proportion: float | None = Field(None, ge=0)
     partials_type: str | None = None
     tiles_per_ipu: int | None = Field(None, ge=1, description="Default: ipu2's 1472.")
-    ipus: int = Field(1, ge=1)
+    ipus: int = Field(1, ge=1, le=64)
     rel_tolerance: float | None = Field(None, ge=0)
     abs_tolerance: float | None = Field(None, ge=0)
     seed: int = 1002
@@ -71,10 +72,35 @@ class GruLayerConfig(GrucModel):
     @field_validator("data_type")
     @classmethod
     def _type(cls, value: str) -> str:
-        dtype = dtype_of(value)
-        if not dtype.is_float:
+        try:
+            dtype = dtype_of(value)
+        except GrucTypeError:
+            dtype = None
+        if dtype is None or not dtype.is_float:
             raise ValueError(f"data type {value!r} is not one of: half, float")
         return dtype.name
+
+    @field_validator("partials_type")
+    @classmethod
+    def _partials(cls, value: str | None) -> str | None:
+        """Checked here, with the flag's name, not later by the layer's options."""
+        return None if value is None else cls._type(value)
+
+    @field_validator("cell_order", mode="before")
+    @classmethod
+    def _cell_order(cls, value: Any) -> Any:
+        """Refused now, naming the flag, rather than when the layer is built (a sweep would
+        otherwise plan every other configuration before finding the typo)."""
+        gru_reference.normalize_cell_order(value)
+        return value
+
+    @field_validator("activation", "recurrent_activation")
+    @classmethod
+    def _activation(cls, value: str) -> str:
+        allowed = [a.value for a in Activation]
+        if value.lower().replace("-", "_") not in allowed:
+            raise ValueError(f"unknown activation {value!r}; allowed: {', '.join(allowed)}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "GruLayerConfig":
@@ -138,6 +164,8 @@ class GruLayer:
 
 def build_layer(config: GruLayerConfig) -> GruLayer:
     """Build the layer's graph and its program (nothing compiled yet)."""
+    if not isinstance(config, GruLayerConfig):
+        raise GrucTypeError(f"build_layer needs a GruLayerConfig, got {type(config).__name__}")
     graph = Graph(config.target())
     b, s = config.batch_size, config.sequence_size
     lengths = None

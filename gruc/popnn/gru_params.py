@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from gruc.errors import GrucOptionError, GrucValueError
+from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError, expect
+from gruc.ir.graph import check_op_args
 from gruc.ir.tensor import Tensor, concat
 from gruc.ops.rnn_geometry import RnnParams
 from gruc.popnn.gru_reference import normalize_cell_order
@@ -28,8 +29,12 @@ GATES = ("reset", "update", "candidate")
 
 
 def float_dtype(value: Any) -> DType:
-    """The layer's element type: HALF or FLOAT (by DType or name)."""
-    dtype = dtype_of(value)
+    """The layer's element type: HALF or FLOAT (by DType or name).  A ``ValueError`` (not
+    ``dtype_of``'s GrucTypeError) so pydantic names the field it came from."""
+    try:
+        dtype = dtype_of(value)
+    except GrucTypeError as error:
+        raise ValueError(str(error)) from None
     if not dtype.is_float:
         raise ValueError(f"must be half or float, got {dtype.name}")
     return dtype
@@ -71,6 +76,8 @@ class GruParams(GrucModel):
     @field_validator("layer_sizes", mode="before")
     @classmethod
     def _layer_sizes(cls, value: Any) -> tuple[int, int]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise ValueError(f"layer sizes must be a pair (input size, hidden size), got {value!r}")
         sizes = tuple(value)
         if len(sizes) != 2:
             raise ValueError(f"Invalid GRU params (layerSize != 2): got {len(sizes)} sizes")
@@ -171,7 +178,12 @@ class GruOptions(GrucModel):
         if unknown:
             raise GrucOptionError(f"Unrecognised GRU option {unknown[0]!r}; valid options: "
                                   + ", ".join(sorted(valid)))
-        return cls(**options)
+        try:
+            return cls(**options)
+        except GrucOptionError:
+            raise
+        except GrucValueError as error:  # a bad value of a known option is an option error
+            raise GrucOptionError(str(error)) from None
 
     def matmul_options(self, fully_connected_pass: str) -> dict[str, Any]:
         """The options every matmul of the layer gets (poplibs' ``getMMOpts``)."""
@@ -205,14 +217,32 @@ def weights_in_order(weights: GruWeights, order: tuple[str, ...], to_internal: b
     return GruWeights(*(convert(t, order) for t in weights))
 
 
+def check_layer_args(graph: Any, params: Any, prog: Any, what: str) -> None:
+    """The graph, parameters and program every GRU builder takes, checked first: a swapped
+    argument is named here rather than failing deep inside the layer with an AttributeError."""
+    check_op_args(graph, prog, what)
+    if not isinstance(params, GruParams):
+        raise GrucTypeError(f"{what} needs GruParams, got {type(params).__name__}")
+
+
+def check_tensor(what: str, tensor: Any, shape: tuple[int, ...], dtype: DType,
+                 hint: str = "") -> None:
+    """Raise naming the GRU argument ``what`` unless it is a tensor of ``shape`` and ``dtype``."""
+    expect(isinstance(tensor, Tensor), GrucTypeError,
+           f"GRU {what} must be a gruc Tensor, got {type(tensor).__name__}{hint}")
+    expect(tensor.shape == shape, GrucShapeError,
+           f"GRU {what} has shape {list(tensor.shape)}, the layer needs {list(shape)}{hint}")
+    expect(tensor.dtype == dtype, GrucTypeError,
+           f"GRU {what} is {tensor.dtype.name}, the layer is {dtype.name}")
+
+
 def check_weights(params: GruParams, weights: GruWeights) -> None:
-    """Raise naming the tensor whose shape does not fit the layer."""
+    """Raise naming the weight tensor whose type or shape does not fit the layer."""
+    if not isinstance(weights, tuple) or len(weights) != 3:
+        raise GrucTypeError(f"GRU weights must be GruWeights(input_weights, output_weights, "
+                            f"biases), got {type(weights).__name__}")
     i, h = params.layer_sizes
     expected = {"input_weights": (3, i, h), "output_weights": (3, h, h),
                 "biases": (3, 2, h) if params.reset_after else (3, h)}
-    for name, shape in expected.items():
-        got = getattr(weights, name).shape
-        if got != shape:
-            raise GrucValueError(f"GRU {name} has shape {list(got)}, the layer needs {list(shape)}")
-    if any(t.dtype != params.dtype for t in weights):
-        raise GrucValueError(f"GRU weights must be {params.dtype.name}")
+    for (name, shape), tensor in zip(expected.items(), weights):
+        check_tensor(name, tensor, shape, params.dtype)

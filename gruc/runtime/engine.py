@@ -3,9 +3,12 @@ the host, and report memory and cycles (Poplar's ``Engine``).
 
 Compiling runs the pass pipeline (``gruc.passes.DEFAULT_PIPELINE`` unless another is given;
 ``pipeline=""`` runs none), verifies the module, plans tile memory, lowers every step to
-memory addresses and estimates each step's cost.  Running executes on the simulated tile memory
-with the chosen backend — ``"numba"`` (compiled kernels, the default) or ``"numpy"`` (the reference
-interpreter) — and counts executed steps, which the report turns into cycles and exchange bytes.
+memory addresses, checks each address lies in memory the plan gave its tensor
+(:mod:`gruc.runtime.verify_memory`) and estimates each step's cost.  Running executes on the
+simulated tile memory with the chosen backend — ``"numba"`` (compiled kernels, the default) or
+``"numpy"`` (the reference interpreter) — and counts executed steps, which the report turns into
+cycles and exchange bytes; ``checked=True`` bounds-checks every access before it runs, the
+addresses dynamic offsets select included (:mod:`gruc.runtime.checked`).
 :func:`compile_program` is the compile without lowering, for plan-only studies (:mod:`gruc.plan`).
 Several programs share one device state, as on the IPU.
 """
@@ -14,22 +17,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 
-from gruc.errors import GrucOutOfMemory, GrucTypeError, GrucValueError
-from gruc.ir.graph import Graph
+from gruc.errors import GrucOutOfMemory, GrucProgramError, GrucTypeError, GrucValueError
+from gruc.ir.graph import Graph, to_storage
 from gruc.ir.module import Module
 from gruc.ir.program import Program
+from gruc.ir.verify import check_initialized
 from gruc.passes.plan_memory import MemoryPlan, plan_memory
 from gruc.passes.rewrite import require_valid
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
+from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
-from gruc.runtime.interp import Interpreter, numpy_copy
+from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
+from gruc.runtime.verify_memory import verify_memory
 
 BACKENDS = ("numba", "numpy")
 
@@ -74,31 +81,57 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
     return CompiledProgram(module, plan, costs, time.perf_counter() - start)
 
 
+def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipeline: object,
+                      strict_memory: object, backend: object) -> dict[str, str]:
+    """``Engine``'s arguments, checked before compiling: each bad one is named with what is
+    allowed, and a program that reads a tensor before anything writes it is refused here, naming
+    the tensor.  Returns the host reads whose tensor nothing writes, which ``read_tensor``
+    refuses (see ``gruc.ir.verify.check_initialized``)."""
+    if backend not in BACKENDS:
+        raise GrucValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if pipeline is not None and not isinstance(pipeline, str):
+        raise GrucTypeError(f"pipeline must be a pipeline string such as 'dce,plan-memory' (or "
+                            f"None for the default), got {pipeline!r}")
+    if not isinstance(strict_memory, (bool, np.bool_)):
+        raise GrucTypeError(f"strict_memory must be True or False, got {strict_memory!r}")
+    if not isinstance(programs, (Program, list, tuple)):
+        raise GrucTypeError(f"programs must be a Program or a list of Programs, got "
+                            f"{type(programs).__name__}")
+    return check_initialized(Module(graph, [programs] if isinstance(programs, Program)
+                                    else programs))
+
+
 class Engine:
     """Compile ``programs`` of ``graph`` and run them on a simulated IPU."""
 
     def __init__(self, graph: Graph, programs: Sequence[Program] | Program, *,
                  pipeline: str | None = None, strict_memory: bool = False,
-                 backend: str = "numba") -> None:
-        if backend not in BACKENDS:
-            raise GrucValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+                 backend: str = "numba", checked: bool = False) -> None:
+        self._unwritten_reads = check_engine_args(graph, programs, pipeline, strict_memory, backend)
+        if not isinstance(checked, (bool, np.bool_)):
+            raise GrucTypeError(f"checked must be True or False, got {checked!r}")
         start = time.perf_counter()
         compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory)
         module, plan = compiled.module, compiled.plan
         self.module = module
         self.plan = plan
         self.executable = lower(module, plan)
+        verify_memory(module, plan, self.executable)
         self.costs = compiled.costs
         self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
         for operand, values in self.executable.constants:
             self.memory.write(operand, values)
+        interpreter = partial(CheckedInterpreter, module=module, plan=plan) if checked \
+            else Interpreter  # checked: bounds-check every access before it runs
         if backend == "numba":
-            from gruc.runtime.kernels import NUMBA_VERTICES
+            from gruc.runtime.kernels import NUMBA_VERTICES, CompiledCopy
 
-            self.interpreter = Interpreter(self.executable, self.memory, NUMBA_VERTICES, numpy_copy)
+            self.interpreter = interpreter(self.executable, self.memory, NUMBA_VERTICES,
+                                           CompiledCopy())
         else:
-            self.interpreter = Interpreter(self.executable, self.memory)
+            self.interpreter = interpreter(self.executable, self.memory)
         self.backend = backend
+        self.checked = bool(checked)
         self._last_program = 0
         self.compile_seconds = time.perf_counter() - start
         self.report = Report(graph.target, plan, plan.liveness.steps, self.costs,
@@ -111,7 +144,7 @@ class Engine:
 
     def chrome_trace(self, program: int | None = None) -> dict:
         """Chrome trace JSON (as a dict) of the last run (or of ``program`` as last run)."""
-        program = self._last_program if program is None else program
+        program = self._last_program if program is None else self._program_number(program)
         names = [step.text for step in self.plan.liveness.steps]
         return chrome_trace(self.executable, self.costs, self.module.graph.target, program,
                             self.interpreter.loop_trips, self.interpreter.branches, names)
@@ -120,14 +153,18 @@ class Engine:
         """Write :meth:`chrome_trace` to ``path`` atomically."""
         write_chrome_trace(path, self.chrome_trace(program))
 
-    def run(self, program: int = 0) -> None:
-        """Run entry program ``program`` on the device state."""
+    def _program_number(self, program) -> int:
         count = len(self.executable.programs)
         if not isinstance(program, (int, np.integer)) or not 0 <= program < count:
             raise GrucValueError(f"program {program!r} does not exist; this engine has programs "
                                  f"0..{count - 1}")
-        self.interpreter.run(int(program))
-        self._last_program = int(program)
+        return int(program)
+
+    def run(self, program: int = 0) -> None:
+        """Run entry program ``program`` on the device state."""
+        program = self._program_number(program)
+        self.interpreter.run(program)
+        self._last_program = program
 
     def _stream(self, table: dict[str, Operand], name: str, what: str) -> Operand:
         if name not in table:
@@ -138,15 +175,23 @@ class Engine:
     def write_tensor(self, name: str, values) -> None:
         """Copy host ``values`` into the tensor of host write ``name`` (shapes must match)."""
         operand = self._stream(self.executable.host_writes, name, "host write")
-        array = np.asarray(values)
+        try:
+            array = np.asarray(values)
+        except ValueError:  # a ragged nested list
+            raise GrucValueError(f"host write {name!r} needs an array of shape "
+                                 f"{list(operand.shape)}; the values given are ragged "
+                                 "(rows of different lengths)") from None
         if array.shape != operand.shape:
             raise GrucValueError(f"host write {name!r} expects shape {list(operand.shape)}, "
                                  f"got {list(array.shape)}")
         if array.dtype.kind not in "biuf":
             raise GrucTypeError(f"host write {name!r} needs numbers, got dtype {array.dtype}")
-        self.memory.write(operand, array.astype(operand.dtype.storage))
+        self.memory.write(operand, to_storage(array, operand.dtype, f"host write {name!r}"))
 
     def read_tensor(self, name: str) -> np.ndarray:
         """A host copy of the tensor of host read ``name``."""
         operand = self._stream(self.executable.host_reads, name, "host read")
+        if name in self._unwritten_reads:
+            raise GrucProgramError(f"host read {name!r} reads {self._unwritten_reads[name]}, "
+                                   "which no program, host write or constant ever writes")
         return self.memory.read(operand).copy()

@@ -24,9 +24,13 @@ from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMem
 
 Prepared = Callable[[DeviceMemory], None]
 PrepareVertex = Callable[[LoweredVertex], Prepared]
-PrepareExecutable = Callable[[Executable], dict[int, Prepared]]
-"""A whole-executable preparation hook: returns prepared callables for some lowered vertices, by
-``id`` of the :class:`LoweredVertex` (they replace the table's preparation of those vertices)."""
+PrepareExecutable = Callable[[Executable, np.ndarray], dict[int, Prepared | None]]
+"""A whole-executable preparation hook: given the executable and the interpreter's step counts
+(which it may watch at run time, e.g. to know whether a step that writes some tensor ran), returns
+prepared callables for some lowered vertices, by ``id`` of the :class:`LoweredVertex` (they
+replace the table's preparation of those vertices).
+``None`` marks a vertex another vertex's callable runs along with its own (a group of vertices
+prepared as one kernel call), so the interpreter does not call anything for it."""
 NUMPY_VERTICES: dict[str, PrepareVertex] = {}
 
 
@@ -59,16 +63,16 @@ class Interpreter:
         self.memory = memory
         self.copy = copy
         table = NUMPY_VERTICES if vertices is None else vertices
-        overrides: dict[int, Prepared] = {}
+        self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
+        overrides: dict[int, Prepared | None] = {}
         for hook in getattr(table, "executable_hooks", ()):  # a backend's cross-step fast paths
-            overrides.update(hook(executable))
+            overrides.update(hook(executable, self.step_counts))
         self.prepared: dict[int, tuple[Prepared, ...]] = {}
         for leaf in executable.leaves:
             if isinstance(leaf, ExecuteStep):
-                self.prepared[leaf.step] = tuple(
-                    overrides[id(v)] if id(v) in overrides else self._prepare(table, v)
-                    for v in leaf.vertices)
-        self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
+                prepared = (overrides[id(v)] if id(v) in overrides else self._prepare(table, v)
+                            for v in leaf.vertices)
+                self.prepared[leaf.step] = tuple(run for run in prepared if run is not None)
         self.loop_trips: dict[int, int] = {}
         """Iterations of each RepeatWhileTrue in the last run, by ``id`` of the lowered loop."""
         self.branches: dict[int, bool] = {}

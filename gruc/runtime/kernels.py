@@ -21,12 +21,12 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from gruc.runtime import fastmath
 from gruc.runtime.interp import PrepareExecutable, PrepareVertex
@@ -90,10 +90,10 @@ def load_kernel(source: str) -> Callable:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"kernel_{digest}.py"
     if not path.exists() or path.read_text() != source:
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
+        from gruc.runtime.report import atomic_file
+
+        with atomic_file(path) as handle:  # a process killed here leaves no half-written kernel
             handle.write(source)
-        os.replace(tmp, path)
     name = f"gruc_kernel_{digest}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -130,3 +130,85 @@ def find_segments(out: np.ndarray, operands: list[np.ndarray]) -> Segments | Non
     bases = tuple(op[starts] if moves else np.full(len(starts), op[0])
                   for op, moves in zip(operands, streaming))
     return Segments(lengths, out[starts], bases, streaming)
+
+
+class Unchanged:
+    """Tells whether an operand a step reads can have changed since that step last read it, so a
+    kernel may keep its gathered host copy (the weights an RNN step multiplies by, gathered from
+    thousands of tiles on every step, change only when the host writes them).
+
+    Exact, not a heuristic: the operand's variables must be always-live (no other variable is ever
+    placed on their bytes) and not written by the reading step itself; then its memory changes only
+    through the host (:attr:`DeviceMemory.host_writes`) or a step that writes one of them, whose
+    execution count the interpreter keeps (counts only grow).  Anything else is never cached.
+    """
+
+    def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int) -> None:
+        variables = frozenset(v.index for v in operand.tensor.variables())
+        writers = [s for s, written in enumerate(executable.step_writes) if written & variables]
+        self.enabled = variables <= executable.always_live and reading_step not in writers
+        self.writers = np.array(writers, dtype=np.int64)
+        self.step_counts = step_counts
+        self.seen: tuple[int, int, int] | None = None
+
+    def __call__(self, memory) -> bool:
+        """True if nothing changed since the last call (which is then not counted as a read)."""
+        if not self.enabled:
+            return False
+        now = (id(memory), memory.host_writes, int(self.step_counts[self.writers].sum()))
+        if now == self.seen:
+            return True
+        self.seen = now
+        return False
+
+
+@njit(cache=True, nogil=True)
+def _copy_runs(data, sources, targets, lengths):  # pragma: no cover (compiled)
+    for s in range(sources.shape[0]):
+        source, target = sources[s], targets[s]
+        for j in range(lengths[s]):
+            data[target + np.uint64(j)] = data[source + np.uint64(j)]
+
+
+@njit(cache=True, nogil=True)
+def _copy_elements(data, sources, targets):  # pragma: no cover (compiled)
+    for i in range(sources.shape[0]):
+        data[targets[i]] = data[sources[i]]
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class CompiledCopy:
+    """The numba backend's ``Copy``: element moves compiled once per step, as runs of consecutive
+    addresses where the copy has them (a tensor's elements on a tile are one block) or element by
+    element, through the unsigned view of the element size (a copy moves bits).  A copy whose
+    source and destination share addresses, or converts between types, falls back to the
+    definition, which reads everything before writing."""
+
+    def __init__(self) -> None:
+        self.prepared: dict[int, Callable] = {}
+
+    def __call__(self, memory, step) -> None:
+        run = self.prepared.get(step.step)
+        if run is None:
+            run = self.prepared[step.step] = self._prepare(step)
+        run(memory)
+
+    @staticmethod
+    def _prepare(step) -> Callable:
+        from gruc.runtime.interp import numpy_copy
+
+        source, target = step.src.index.reshape(-1), step.dst.index.reshape(-1)
+        if (len(source) == 0 or step.src.dtype is not step.dst.dtype
+                or len(np.intersect1d(source, target))):
+            return lambda memory: numpy_copy(memory, step)
+        bits = _UNSIGNED[step.dst.dtype.size]
+        breaks = (np.diff(source) != 1) | (np.diff(target) != 1)
+        begins = np.concatenate(([0], np.flatnonzero(breaks) + 1))
+        if len(begins) * SEGMENT_MIN_AVERAGE <= len(source):
+            lengths = np.diff(np.append(begins, len(source))).astype(np.uint64)
+            sources, targets = source[begins].astype(np.uint64), target[begins].astype(np.uint64)
+            return lambda memory: _copy_runs(memory.raw.view(bits), sources, targets, lengths)
+        sources, targets = source.astype(np.int64), target.astype(np.int64)
+        return lambda memory: _copy_elements(memory.raw.view(bits), sources, targets)

@@ -38,6 +38,9 @@ class Operand:
     dtype: DType
     index: np.ndarray
     shape: tuple[int, ...]
+    tensor: Tensor | None = None
+    """The tensor it was resolved from: lets fast paths reason about variables, not addresses
+    (the memory plan lets tensors with disjoint lifetimes share addresses)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +135,10 @@ class Executable:
     num_steps: int
     leaves: tuple = field(default=())
     """Every leaf step object, indexed by step number."""
+    step_writes: tuple[frozenset[int], ...] = field(default=())
+    """Indices of the variables each step writes, by step number."""
+    always_live: frozenset[int] = frozenset()
+    """Variables with bytes of their own (no other variable is ever placed on them)."""
 
 
 class _Lowering:
@@ -154,7 +161,7 @@ class _Lowering:
             addresses = addresses + tiles * (self.tile_stride - self.plan.capacity)
         index = addresses // tensor.dtype.size
         index.flags.writeable = False
-        return Operand(tensor.dtype, index, tensor.shape)
+        return Operand(tensor.dtype, index, tensor.shape, tensor)
 
     def take_step(self, node: Program) -> int:
         step = self.next_step
@@ -225,7 +232,9 @@ class _Lowering:
             constants=tuple((self.operand(v), v.constant) for v in graph.variables
                             if v.is_constant and v.index in self.plan.allocated),
             num_tiles=graph.target.num_tiles, tile_stride=self.tile_stride,
-            num_steps=len(self.steps), leaves=tuple(self.leaves))
+            num_steps=len(self.steps), leaves=tuple(self.leaves),
+            step_writes=tuple(step.effect.writes for step in self.steps),
+            always_live=self.plan.liveness.always_live)
 
 
 def lower(module: Module, plan: MemoryPlan) -> Executable:
@@ -243,6 +252,8 @@ class DeviceMemory:
     def __init__(self, num_tiles: int, tile_stride: int) -> None:
         self.raw = np.zeros(num_tiles * tile_stride, dtype=np.uint8)
         self.views = {t.name: self.raw.view(t.storage) for t in ALL_TYPES}
+        self.host_writes = 0
+        """How many times the host wrote (:meth:`write`): caches of tile data watch it."""
 
     def view(self, dtype: DType) -> np.ndarray:
         return self.views[dtype.name]
@@ -251,4 +262,5 @@ class DeviceMemory:
         return self.view(operand.dtype)[operand.index].reshape(operand.shape)
 
     def write(self, operand: Operand, values: np.ndarray) -> None:
+        self.host_writes += 1
         self.view(operand.dtype)[operand.index] = np.asarray(values).reshape(-1)

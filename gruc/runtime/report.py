@@ -15,11 +15,13 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import IO, Any, Iterator, TextIO
 
 import numpy as np
 
+from gruc.errors import GrucValueError
 from gruc.passes.liveness import Step
 from gruc.passes.plan_memory import MemoryPlan, TileOverflow
 from gruc.runtime.cost import StepCost
@@ -39,19 +41,60 @@ class Cycles:
         return self.compute + self.exchange + self.sync
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a torn one."""
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """A file handle whose content replaces ``path`` only once complete: the one way gruc writes
+    a file (reports, traces, HTML, DOT, sweep rows, plots, ``gruc opt`` output).
+
+    Why: a sweep runs for hours and a user may kill it, or the machine may die, at any moment; a
+    reader — or the sweep's next run, resuming from its rows — must then find the old complete
+    file or the new complete one, never a torn one.  So the content goes to a temporary file in
+    the same directory (named ``.tmp-...``, so nothing takes it for a result), which is flushed
+    and fsynced before ``os.replace`` swaps it in — atomic on POSIX and Windows within one file
+    system — and the directory is fsynced after, so the rename itself survives a crash.  On any
+    error the temporary file is removed and ``path`` is left as it was.
+    """
+    if mode not in ("w", "wb"):
+        raise GrucValueError(f"atomic_file mode {mode!r} is not supported; allowed: 'w', 'wb'")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
+                               suffix="-" + os.path.basename(path))
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_directory(directory)
+
+
+TEMPORARY_PREFIX = ".tmp-"
+"""Start of the name of every temporary file :func:`atomic_file` creates."""
+
+
+def _fsync_directory(directory: str) -> None:
+    """Persist a rename in ``directory`` (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a torn one."""
+    with atomic_file(path, "w") as handle:
+        handle.write(text)
 
 
 class Report:

@@ -183,3 +183,31 @@ def test_builders_reject_bad_requests():
         with pytest.raises(error, match=words.replace("[", r"\[").replace("]", r"\]")):
             call()
     assert not any(isinstance(p, Execute) for p in prog.programs)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_columns_straddling_tiles_are_updated_through_a_staging_copy(backend):
+    """Vertices only write their own tile: a column of ``t`` split over tiles 0 and 1 is updated
+    in a staging copy with whole columns on their home tiles, and a slice result is mapped so."""
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    t = g.add_variable(FLOAT, (2, 5), "t")
+    g.set_tile_mapping(t, TileMapping.from_element_tiles(np.array([0] * 9 + [1])))
+    rows = g.add_variable(FLOAT, (2, 5), "rows")
+    g.set_tile_mapping(rows, 0)
+    offset = g.add_variable(UNSIGNED_INT, (1,), "offset")
+    g.set_tile_mapping(offset, 0)
+    prog = Sequence()
+    dynamic_update(g, t, rows[0:1], offset, [0], [1], prog)
+    window = dynamic_slice(g, t, offset, [0], [2], prog)
+    assert set(g.element_tiles(window).tolist()) == {0}
+    for name, tensor in (("t", t), ("rows", rows), ("offset", offset)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("t", t)
+    g.create_host_read("window", window)
+    engine = Engine(g, [prog], backend=backend, checked=True)
+    engine.write_tensor("t", np.arange(10.0).reshape(2, 5))
+    engine.write_tensor("rows", -np.ones((2, 5)))
+    engine.write_tensor("offset", [1])
+    engine.run(0)
+    np.testing.assert_array_equal(engine.read_tensor("t"), [[0, 1, 2, 3, 4], [-1] * 5])
+    np.testing.assert_array_equal(engine.read_tensor("window"), [[-1] * 5, [0, 1, 2, 3, 4]])

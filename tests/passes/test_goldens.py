@@ -31,7 +31,7 @@ from gruc.ir.printer import print_module
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
 
 HERE = Path(__file__).parent
-PASSES = ["canonicalize", "inplace-fusion", "copy-elim", "dce", "exchange"]
+PASSES = ["canonicalize", "inplace-fusion", "copy-elim", "dce", "exchange", "shard"]
 SEPARATOR = "# ----- expected\n"
 FILES = sorted(HERE.glob("*/*.gruc"))
 

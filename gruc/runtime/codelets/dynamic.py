@@ -7,12 +7,15 @@ the window a ``[s_1 * ... * s_d, M]`` table.  A run then only reads the offsets,
 rows they select (``(o + i) mod N`` per sliced dim) and moves one window of elements — the gather
 or scatter of one time step that an RNN loop pays every iteration.
 
-numpy: fancy indexing over those tables.  numba: two small kernels, compiled once per memory
-dtype (moving data is bit copying, so every type is moved through the unsigned view of its size:
-the element index of a typed view depends only on the size) and cached on disk.
+numpy: fancy indexing over those tables, vertex by vertex.  numba: each run of slice (or update)
+vertices of a step in one call of one kernel over the tables of all of them, compiled once per
+memory dtype (moving data is bit copying, so every type is moved through the unsigned view of its
+size: the element index of a typed view depends only on the size) and cached on disk.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 from numba import njit
@@ -20,8 +23,8 @@ from numba import njit
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
 from gruc.runtime.interp import Prepared, numpy_vertex
-from gruc.runtime.kernels import numba_vertex
-from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.runtime.kernels import numba_executable_hook
+from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import DType
 
@@ -88,84 +91,113 @@ def _numpy_update(vertex: LoweredVertex) -> Prepared:
 
 
 # ---- numba ------------------------------------------------------------------------------------
+# An RNN step slices every sequence tensor with one vertex per tile: thousands of small vertices a
+# step on a full IPU, each too cheap to be worth a Python call.  The numba backend therefore runs
+# each run of consecutive slice (or update) vertices of a compute set as one kernel call over
+# concatenated tables.  A row of a vertex's base or window is moved as *pieces* of consecutive
+# addresses: one piece per row where the row is one block of tile memory (the time-major layout
+# of sequence tensors makes it so), else one piece per element.  The tables hold the address of
+# every piece, so they grow with the rows, not the elements.  Semantics are the definition's,
+# vertex after vertex (out-of-range offsets skip the vertex).
 @njit(cache=True, nogil=True)
-def _base_row(window_row, offsets, dim_sizes, window_sizes):  # pragma: no cover (compiled)
-    """Base-row number of ``window_row`` (row-major over the window) at ``offsets``."""
-    row = 0
-    stride = 1
-    rest = window_row
-    for k in range(dim_sizes.shape[0] - 1, -1, -1):
-        step = rest % window_sizes[k]
-        rest //= window_sizes[k]
-        row += (offsets[k] + step) % dim_sizes[k] * stride
-        stride *= dim_sizes[k]
-    return row
+def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_index, pieces,
+                  piece_width, window_count, base_start, base_pieces, window_start, window_pieces,
+                  scatter):  # pragma: no cover (compiled)
+    for v in range(pieces.shape[0]):
+        first, last = dim_start[v], dim_start[v + 1]
+        in_range = True
+        for k in range(first, last):
+            offset = np.int64(offset_data[offset_index[k]])
+            if offset < 0 or offset >= dim_sizes[k]:
+                in_range = False
+        if not in_range:
+            continue
+        count, width = pieces[v], piece_width[v]
+        for q in range(window_count[v]):
+            row = 0
+            stride = 1
+            rest = q
+            for k in range(last - 1, first - 1, -1):
+                step = rest % window_sizes[k]
+                rest //= window_sizes[k]
+                row += (np.int64(offset_data[offset_index[k]]) + step) % dim_sizes[k] * stride
+                stride *= dim_sizes[k]
+            for p in range(count):
+                base = base_pieces[base_start[v] + row * count + p]
+                window = window_pieces[window_start[v] + q * count + p]
+                if scatter:
+                    for m in range(width):
+                        data[base + np.uint64(m)] = data[window + np.uint64(m)]
+                else:
+                    for m in range(width):
+                        data[window + np.uint64(m)] = data[base + np.uint64(m)]
 
 
-@njit(cache=True, nogil=True)
-def _offsets_in_range(offset_data, offset_index, dim_sizes):  # pragma: no cover (compiled)
-    """The offsets as int64, or an empty array if one is out of range."""
-    offsets = np.empty(dim_sizes.shape[0], dtype=np.int64)
-    for k in range(dim_sizes.shape[0]):
-        offsets[k] = np.int64(offset_data[offset_index[k]])
-        if offsets[k] < 0 or offsets[k] >= dim_sizes[k]:
-            return offsets[:0]
-    return offsets
+def _starts(sizes: list[int]) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
 
 
-@njit(cache=True, nogil=True)
-def _gather_window(data, base_rows, window_rows, offset_data, offset_index, dim_sizes,
-                   window_sizes):  # pragma: no cover (compiled)
-    offsets = _offsets_in_range(offset_data, offset_index, dim_sizes)
-    if offsets.shape[0] == 0:
-        return
-    for q in range(window_rows.shape[0]):
-        source = base_rows[_base_row(q, offsets, dim_sizes, window_sizes)]
-        target = window_rows[q]
-        for m in range(target.shape[0]):
-            data[target[m]] = data[source[m]]
+def _pieces(base: Operand, window: Operand) -> tuple[np.ndarray, np.ndarray, int]:
+    """Start addresses of the pieces of every base row and window row, and the piece width."""
+    columns = base.shape[-1]
+    if columns == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64), 1
+    base_rows, window_rows = base.index.reshape(-1, columns), window.index.reshape(-1, columns)
+    if columns > 1 and all(np.all(np.diff(rows, axis=1) == 1) for rows in (base_rows, window_rows)):
+        return base_rows[:, 0], window_rows[:, 0], columns
+    return base_rows.reshape(-1), window_rows.reshape(-1), 1
 
 
-@njit(cache=True, nogil=True)
-def _scatter_window(data, base_rows, window_rows, offset_data, offset_index, dim_sizes,
-                    window_sizes):  # pragma: no cover (compiled)
-    offsets = _offsets_in_range(offset_data, offset_index, dim_sizes)
-    if offsets.shape[0] == 0:
-        return
-    for q in range(window_rows.shape[0]):
-        target = base_rows[_base_row(q, offsets, dim_sizes, window_sizes)]
-        source = window_rows[q]
-        for m in range(source.shape[0]):
-            data[target[m]] = data[source[m]]
-
-
-def _prepare_numba(vertex: LoweredVertex, window_field: str, kernel) -> Prepared:
-    w = _Window(vertex, window_field)
-    bits = _BITS[w.dtype.size]
-    offset_dtype, offset_index = w.offset.dtype, w.offset.index
-    base_rows, window_rows, dim_sizes, window_sizes = (w.base_rows, w.window_rows, w.dim_sizes,
-                                                       w.window_sizes)
-    unsigned: dict[int, np.ndarray] = {}
-    """The unsigned view of each memory run on: made once, not on every step."""
+def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
+    """One kernel call running ``vertices`` (same kind, element size and offset type) in order."""
+    window_field = "out" if vertices[0].kind == "DynamicSlice" else "update"
+    bases = [v.fields["base"] for v in vertices]
+    windows = [v.fields[window_field] for v in vertices]
+    offsets = [v.fields["offset"] for v in vertices]
+    tables = [_pieces(b, w) for b, w in zip(bases, windows)]
+    piece_width = np.array([width for _, _, width in tables], dtype=np.int64)
+    pieces = np.array([b.shape[-1] for b in bases], dtype=np.int64) // np.maximum(piece_width, 1)
+    dim_start = np.cumsum([0] + [len(b.shape) - 1 for b in bases], dtype=np.int64)
+    dim_sizes = np.concatenate([b.shape[:-1] for b in bases]).astype(np.int64)
+    window_sizes = np.concatenate([w.shape[:-1] for w in windows]).astype(np.int64)
+    offset_index = np.concatenate([o.index for o in offsets]).astype(np.int64)
+    window_count = np.array([int(np.prod(w.shape[:-1])) for w in windows], np.int64)
+    base_start = _starts([len(b) for b, _, _ in tables])
+    window_start = _starts([len(w) for _, w, _ in tables])
+    base_pieces = np.concatenate([b for b, _, _ in tables]).astype(np.uint64)
+    window_pieces = np.concatenate([w for _, w, _ in tables]).astype(np.uint64)
+    bits = _BITS[bases[0].dtype.size]
+    offset_dtype = offsets[0].dtype
+    scatter = window_field == "update"
 
     def run(memory: DeviceMemory) -> None:
-        data = unsigned.get(id(memory))
-        if data is None or data.base is not memory.raw:
-            data = unsigned[id(memory)] = memory.raw.view(bits)
-        kernel(data, base_rows, window_rows, memory.view(offset_dtype), offset_index, dim_sizes,
-               window_sizes)
+        _move_windows(memory.raw.view(bits), memory.view(offset_dtype), dim_start, dim_sizes,
+                      window_sizes, offset_index, pieces, piece_width, window_count, base_start,
+                      base_pieces, window_start, window_pieces, scatter)
 
     return run
 
 
-@numba_vertex("DynamicSlice")
-def _numba_slice(vertex: LoweredVertex) -> Prepared:
-    return _prepare_numba(vertex, "out", _gather_window)
+def _group_key(vertex: LoweredVertex):
+    if vertex.kind not in ("DynamicSlice", "DynamicUpdate"):
+        return None
+    return vertex.kind, vertex.fields["base"].dtype.size, vertex.fields["offset"].dtype.name
 
 
-@numba_vertex("DynamicUpdate")
-def _numba_update(vertex: LoweredVertex) -> Prepared:
-    return _prepare_numba(vertex, "update", _scatter_window)
+@numba_executable_hook
+def _group_windows(executable: Executable, step_counts: np.ndarray) -> dict[int, Prepared | None]:
+    """Each maximal run of groupable slice / update vertices in a step becomes one callable."""
+    prepared: dict[int, Prepared | None] = {}
+    for leaf in executable.leaves:
+        if not isinstance(leaf, ExecuteStep):
+            continue
+        for key, run in itertools.groupby(leaf.vertices, key=_group_key):
+            if key is None:
+                continue
+            group = list(run)
+            prepared[id(group[0])] = _prepare_group(group)
+            prepared.update((id(v), None) for v in group[1:])
+    return prepared
 
 
 # ---- cycles -----------------------------------------------------------------------------------

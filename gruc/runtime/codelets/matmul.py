@@ -16,8 +16,10 @@ one batched BLAS call per block shape (``numpy.matmul`` over ``[g, Pk]``), and s
 their tiles — the same sums as the definition, at BLAS speed.  It does not fill ``received``
 (nothing reads it).  Half data is moved as raw 16-bit words and converted by numpy, since numba
 cannot load float16.  When the executable shows that a step's float partials are read only by the
-reduction in the very next step, the two are fused (:func:`_fuse_partials_and_reduce`): one BLAS
-call over all of k, the output written directly, the partials never scattered nor gathered.
+reduction in the very next step, the two are fused (:func:`_prepare_partials`): one BLAS call
+over all of k, the output written directly, the partials never scattered nor gathered.  An operand
+that provably did not change since the step last gathered it (the weights, in an RNN loop) is not
+gathered again.
 
 Estimates: a tile's partial product costs the vertex overhead plus its multiply-accumulates at the
 target's vector width (:func:`~gruc.ir.codelets.matmul.mac_cycles`); a reduction costs, per vector
@@ -39,7 +41,8 @@ from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
 from gruc.runtime.interp import Prepared, numpy_vertex
-from gruc.runtime.kernels import SEGMENT_MIN_AVERAGE, numba_executable_hook, numba_vertex
+from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
+                                  numba_vertex)
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
                                 Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
 from gruc.target import Target
@@ -143,6 +146,20 @@ def _add_runs(src, bases, positions, lengths, acc):  # pragma: no cover (compile
 
 
 @njit(cache=True, nogil=True)
+def _add_scaled_runs(dst, bases, positions, lengths, src, factor):  # pragma: no cover (compiled)
+    for s in range(bases.shape[0]):
+        base, at = bases[s], positions[s]
+        for j in range(lengths[s]):
+            dst[base + np.uint64(j)] = dst[base + np.uint64(j)] + factor * src[at + np.uint64(j)]
+
+
+@njit(cache=True, nogil=True)
+def _add_scaled_index(dst, index, positions, src, factor):  # pragma: no cover (compiled)
+    for i in range(index.shape[0]):
+        dst[index[i]] = dst[index[i]] + factor * src[positions[i]]
+
+
+@njit(cache=True, nogil=True)
 def _gather_index(src, index, positions, dst):  # pragma: no cover (compiled)
     for i in range(index.shape[0]):
         dst[positions[i]] = src[index[i]]
@@ -213,14 +230,40 @@ class Transfer:
         """``into`` (contiguous float32) += the operand's values (float operands only)."""
         self._move(_add_runs, _add_index, memory, into.reshape(-1))
 
+    def add_scaled(self, memory: DeviceMemory, values: np.ndarray, factor: np.float32) -> None:
+        """The operand's elements += ``factor * values`` in one pass over tile memory (float
+        operands only; the same float32 roundings as multiplying, then adding)."""
+        data, flat = memory.view(self.dtype), values.reshape(-1)
+        if self.runs:
+            _add_scaled_runs(data, self.bases, self.positions, self.lengths, flat, factor)
+        else:
+            _add_scaled_index(data, self.index, self.host, flat, factor)
 
-@numba_vertex("MatMulPartials")
-def _numba_partials(vertex: LoweredVertex) -> Prepared:
+
+class _Operands:
+    """A partials vertex's ``a`` and ``b`` gathered into host arrays, each gathered again only if
+    it may have changed since the last step read it (:class:`~gruc.runtime.kernels.Unchanged`)."""
+
+    def __init__(self, vertex: LoweredVertex, step: int, executable: Executable,
+                 step_counts: np.ndarray) -> None:
+        G, M, K, N = blocking_of(vertex.vertex).shape
+        self.a, self.b = np.empty((G, M, K), F32), np.empty((G, K, N), F32)
+        self.moves = [(Transfer(vertex.fields[name]),
+                       Unchanged(vertex.fields[name], executable, step_counts, step), host)
+                      for name, host in (("a", self.a), ("b", self.b))]
+
+    def gather(self, memory: DeviceMemory) -> None:
+        for transfer, unchanged, host in self.moves:
+            if not unchanged(memory):
+                transfer.read(memory, host)
+
+
+def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
+    """The partials of every k block, one batched BLAS call per block size, scattered to tiles."""
     geometry = blocking_of(vertex.vertex)
     G, M, K, N = geometry.shape
-    a_in, b_in, p_out = (Transfer(vertex.fields[name]) for name in ("a", "b", "partials"))
-    a = np.empty((G, M, K), F32)
-    b = np.empty((G, K, N), F32)
+    p_out = Transfer(vertex.fields["partials"])
+    a, b = operands.a, operands.b
     partials = np.empty(geometry.partials_shape, F32)
     products = []
     for part in geometry.k.parts():  # one batched product per k block size
@@ -231,8 +274,7 @@ def _numba_partials(vertex: LoweredVertex) -> Prepared:
                          partials[:, part.first:part.first + part.count]))
 
     def run(memory: DeviceMemory) -> None:
-        a_in.read(memory, a)
-        b_in.read(memory, b)
+        operands.gather(memory)
         for a_k, b_k, p_k in products:
             np.matmul(a_k, b_k, out=p_k)
         p_out.write(memory, partials)
@@ -281,7 +323,8 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
 # product with one BLAS call over all of k (float32; only the summation order differs from the
 # definition) into a host buffer, and the reduction writes it to the output: the partials are
 # neither scattered to tile memory nor gathered back.  The partials' tile memory is left as it
-# was, which nothing can observe (checked below).
+# was, which nothing can observe (checked below, by variable: the memory plan may give the
+# partials' addresses to other tensors at other times, and those are written before being read).
 def _blocks(executable: Executable):
     """Every Block of the executable's programs and functions, nested ones included."""
     stack = list(executable.programs) + list(executable.functions)
@@ -310,15 +353,6 @@ def _field_tensors(vertex: LoweredVertex, skip: str | None = None):
     for name, value in vertex.vertex.fields.items():
         if name != skip:
             yield from (value if isinstance(value, tuple) else (value,))
-
-
-def _overlaps(starts: np.ndarray, size: int, operand: Operand) -> bool:
-    """Whether any element of ``operand`` shares a byte with elements (``size`` bytes) starting at
-    the sorted byte addresses ``starts``."""
-    other = operand.index.reshape(-1).astype(np.int64) * operand.dtype.size
-    lo = np.searchsorted(starts, other - (size - 1), side="left")
-    hi = np.searchsorted(starts, other + operand.dtype.size, side="left")
-    return bool(np.any(lo < hi))
 
 
 def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredVertex]]:
@@ -352,10 +386,11 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
                 for tensor in _field_tensors(vertex):
                     for variable in tensor.variables():
                         users.setdefault(id(variable), set()).add(id(vertex))
-    # operands read other than by vertices (copies, prints, predicates, host reads)
+    # variables read other than by vertices (copies, prints, predicates, host reads)
     others = [leaf.src for leaf in executable.leaves if isinstance(leaf, CopyStep)]
     others += [leaf.operand for leaf in executable.leaves if isinstance(leaf, PrintStep)]
     others += _predicates(executable) + list(executable.host_reads.values())
+    read_elsewhere = {id(v) for operand in others for v in operand.tensor.variables()}
     pairs, taken = [], set()
     for producer, consumer in candidates:
         if id(producer) in taken or id(consumer) in taken:
@@ -371,26 +406,19 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
             continue
         if any(id(v) in mine for t in _field_tensors(consumer, "partials") for v in t.variables()):
             continue
-        p = producer.fields["partials"]
-        starts = np.sort(p.index.reshape(-1).astype(np.int64) * p.dtype.size)
-        if any(_overlaps(starts, p.dtype.size, operand) for operand in others):
-            continue  # conservative: a copy, print, predicate or host read touches that memory
+        if mine & read_elsewhere:
+            continue  # a copy, print, predicate or host read sees the partials
         taken.update((id(producer), id(consumer)))
         pairs.append((producer, consumer))
     return pairs
 
 
-def _fused_product(producer: LoweredVertex, product: np.ndarray) -> Prepared:
+def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
     """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product."""
-    G, M, K, N = blocking_of(producer.vertex).shape
-    a_in, b_in = Transfer(producer.fields["a"]), Transfer(producer.fields["b"])
-    a = np.empty((G, M, K), F32)
-    b = np.empty((G, K, N), F32)
 
     def run(memory: DeviceMemory) -> None:
-        a_in.read(memory, a)
-        b_in.read(memory, b)
-        np.matmul(a, b, out=product)
+        operands.gather(memory)
+        np.matmul(operands.a, operands.b, out=product)
 
     return run
 
@@ -402,6 +430,8 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
     o_io = Transfer(out)
     if consumer.kind != "MatMulReduceAcc":
         return lambda memory: o_io.write(memory, product)
+    if out.dtype is FLOAT:
+        return lambda memory: o_io.add_scaled(memory, product, _factor(memory, scale, k))
     current = np.empty_like(product)
     total = np.empty_like(product)
 
@@ -415,13 +445,25 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
 
 
 @numba_executable_hook
-def _fuse_partials_and_reduce(executable: Executable) -> dict[int, Prepared]:
+def _prepare_partials(executable: Executable, step_counts: np.ndarray) -> dict[int, Prepared]:
+    """Every partials vertex, fused with its reduction where :func:`_fusible_pairs` allows."""
+    fused = {id(producer): consumer for producer, consumer in _fusible_pairs(executable)}
     prepared: dict[int, Prepared] = {}
-    for producer, consumer in _fusible_pairs(executable):
-        G, M, _, N = blocking_of(producer.vertex).shape
-        product = np.empty((G, M, N), F32)
-        prepared[id(producer)] = _fused_product(producer, product)
-        prepared[id(consumer)] = _fused_reduce(consumer, product)
+    for leaf in executable.leaves:
+        if not isinstance(leaf, ExecuteStep):
+            continue
+        for vertex in leaf.vertices:
+            if vertex.kind != "MatMulPartials":
+                continue
+            operands = _Operands(vertex, leaf.step, executable, step_counts)
+            consumer = fused.get(id(vertex))
+            if consumer is None:
+                prepared[id(vertex)] = _partials(vertex, operands)
+                continue
+            G, M, _, N = blocking_of(vertex.vertex).shape
+            product = np.empty((G, M, N), F32)
+            prepared[id(vertex)] = _fused_product(operands, product)
+            prepared[id(consumer)] = _fused_reduce(consumer, product)
     return prepared
 
 

@@ -1,0 +1,204 @@
+"""The GRU layer on gruc's simulated IPU against PyTorch and numpy on this CPU, side by side.
+
+For each shape ``(T, B, I, H)`` the same reset-after GRU (torch's formula, so every contender
+computes the same numbers from the same weights) is timed, interleaved round by round so machine
+noise hits all contenders alike, as the median of ``--repeats`` runs after one warm-up:
+
+* ``gruc_fwd`` / ``gruc_train``: one ``Engine.run`` of the poplibs-style layer on ``Target.ipu2()``
+  with the default pipeline — inference (``phase="fwd"``), and forward + backward with input
+  gradients + weight gradients (``phase="all"``).  Every tile, address and exchange is simulated;
+  data already on the device (written once), as a training loop would have it.
+* ``torch_fwd`` / ``torch_train``: ``nn.GRU`` with 2 threads; forward under ``no_grad``, and
+  forward + ``backward`` of ``sum(output * grad_output)`` with ``x``, ``h0`` and the weights
+  requiring gradients.
+* ``numpy_fwd`` / ``numpy_train``: a float32 numpy implementation (OpenBLAS, 2 threads).
+* ``flop_bound_fwd`` / ``flop_bound_train``: poplibs' FLOP formulas for the layer divided by the
+  peak sgemm rate measured here (a 2048^3 float32 product) — no implementation can beat it.
+
+Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported; the gruc forward output is checked
+against torch's (max abs difference).  Build and compile seconds of the gruc layers are recorded
+too.  Writes ``benchmarks/results/gru.json`` and prints a table.
+``python benchmarks/gru.py [--repeats N] [--shapes 100x16x128x128,...]``
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):  # before numpy loads its BLAS
+    os.environ.setdefault(_variable, "2")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from _common import median_seconds, write_result  # noqa: E402
+from gruc import Engine  # noqa: E402
+from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
+
+SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))
+THREADS = 2
+
+
+# ---- the float32 numpy peer (torch's gate order r, z, n; reset-after) -------------------------
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.float32(0.5) * np.tanh(np.float32(0.5) * x) + np.float32(0.5)
+
+
+def numpy_forward(x, h0, w_ih, w_hh, b_ih, b_hh):
+    """Output ``[T, B, H]`` and what the backward pass needs."""
+    hidden = h0.shape[1]
+    inputs = (x.reshape(-1, x.shape[2]) @ w_ih.T + b_ih).reshape(x.shape[0], x.shape[1], -1)
+    h, saved, outputs = h0, [], np.empty((x.shape[0],) + h0.shape, np.float32)
+    for t in range(x.shape[0]):
+        rec = h @ w_hh.T + b_hh
+        r = _sigmoid(inputs[t, :, :hidden] + rec[:, :hidden])
+        z = _sigmoid(inputs[t, :, hidden:2 * hidden] + rec[:, hidden:2 * hidden])
+        n = np.tanh(inputs[t, :, 2 * hidden:] + r * rec[:, 2 * hidden:])
+        saved.append((h, r, z, n, rec[:, 2 * hidden:]))
+        h = n + z * (h - n)
+        outputs[t] = h
+    return outputs, saved
+
+
+def numpy_train(x, h0, w_ih, w_hh, b_ih, b_hh, grad_output):
+    """Forward, then the gradients of ``sum(output * grad_output)`` for x, h0 and the weights."""
+    outputs, saved = numpy_forward(x, h0, w_ih, w_hh, b_ih, b_hh)
+    hidden = h0.shape[1]
+    d_pre = np.empty((x.shape[0], x.shape[1], 3 * hidden), np.float32)
+    d_rec = np.empty_like(d_pre)
+    dh = np.zeros_like(h0)
+    for t in range(x.shape[0] - 1, -1, -1):
+        h_prev, r, z, n, rec_n = saved[t]
+        dh = dh + grad_output[t]
+        dn = dh * (1 - z) * (1 - n * n)
+        dz = dh * (h_prev - n) * z * (1 - z)
+        dr = dn * rec_n * r * (1 - r)
+        d_pre[t] = np.concatenate([dr, dz, dn], axis=1)
+        d_rec[t] = np.concatenate([dr, dz, dn * r], axis=1)
+        dh = dh * z + d_rec[t] @ w_hh
+    flat_pre, flat_rec = d_pre.reshape(-1, 3 * hidden), d_rec.reshape(-1, 3 * hidden)
+    h_prevs = np.concatenate([h0[None], outputs[:-1]]).reshape(-1, hidden)
+    return dict(x=(flat_pre @ w_ih).reshape(x.shape), h0=dh, w_ih=flat_pre.T @ x.reshape(-1, x.shape[2]),
+                w_hh=flat_rec.T @ h_prevs, b_ih=flat_pre.sum(0), b_hh=flat_rec.sum(0))
+
+
+# ---- contenders ------------------------------------------------------------------------------
+def gruc_engine(shape, phase: str):
+    """A compiled layer with its data written, and what building it cost."""
+    t, b, i, h = shape
+    config = GruLayerConfig(sequence_size=t, batch_size=b, input_size=i, output_size=h,
+                            phase=phase, reset_after=True)
+    start = time.perf_counter()
+    layer = build_layer(config)
+    built = time.perf_counter()
+    engine = Engine(layer.graph, layer.programs)
+    compiled = time.perf_counter()
+    data, _ = host_data(config)
+    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
+              "output_weights": data.output_weights, "biases": data.biases,
+              "grad_output": data.grad_output}
+    for name in layer.writes:
+        engine.write_tensor(name, values[name])
+    return engine, data, layer.flops(), {"build_seconds": built - start,
+                                         "compile_seconds": compiled - built}
+
+
+def torch_peer(data):
+    weights = GruHostWeights(data.input_weights, data.output_weights, data.biases)
+    state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32))
+             for k, v in to_torch(weights).items()}
+    hidden = data.h0.shape[1]
+    module = torch.nn.GRU(data.x.shape[2], hidden)
+    module.load_state_dict(state)
+    x = torch.from_numpy(data.x.astype(np.float32))
+    h0 = torch.from_numpy(data.h0.astype(np.float32))[None]
+    grad = torch.from_numpy(data.grad_output.astype(np.float32))
+
+    def forward():
+        with torch.no_grad():
+            return module(x, h0)[0]
+
+    def train():
+        xs, hs = x.clone().requires_grad_(), h0.clone().requires_grad_()
+        module.zero_grad()
+        out, _ = module(xs, hs)
+        (out * grad).sum().backward()
+
+    return forward, train, state
+
+
+def peak_sgemm_flops(size: int = 2048) -> float:
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
+    return 2 * size ** 3 / median_seconds(lambda: a @ b, repeats=5)
+
+
+def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each contender, timed round-robin after one warm-up each."""
+    for fn in contenders.values():
+        fn()
+    times = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def measure(shape, repeats: int, peak: float) -> dict:
+    fwd_engine, data, fwd_flops, fwd_cost = gruc_engine(shape, "fwd")
+    train_engine, _, train_flops, train_cost = gruc_engine(shape, "all")
+    torch_fwd, torch_train, state = torch_peer(data)
+    arrays = [np.ascontiguousarray(state[k].numpy()) for k in
+              ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
+    x, h0 = data.x.astype(np.float32), data.h0.astype(np.float32)
+    grad = data.grad_output.astype(np.float32)
+    seconds = interleaved({
+        "gruc_fwd": lambda: fwd_engine.run(0), "torch_fwd": torch_fwd,
+        "numpy_fwd": lambda: numpy_forward(x, h0, *arrays),
+        "gruc_train": lambda: train_engine.run(0), "torch_train": torch_train,
+        "numpy_train": lambda: numpy_train(x, h0, *arrays, grad),
+    }, repeats)
+    seconds["flop_bound_fwd"] = fwd_flops / peak
+    seconds["flop_bound_train"] = train_flops / peak
+    difference = float(np.max(np.abs(fwd_engine.read_tensor("output") - torch_fwd().numpy())))
+    ms = {name: round(value * 1e3, 2) for name, value in seconds.items()}
+    ratios = {f"gruc_{kind}_over_{peer}": round(seconds[f"gruc_{kind}"]
+                                                / seconds[f"{peer}_{kind}"], 3)
+              for kind in ("fwd", "train") for peer in ("torch", "numpy", "flop_bound")}
+    return {"shape": dict(zip("TBIH", shape)), "median_ms": ms, "ratios": ratios,
+            "gruc_fwd_vs_torch_max_abs_difference": difference,
+            "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
+            "flops": {"fwd": fwd_flops, "train": train_flops}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    args = parser.parse_args()
+    torch.set_num_threads(THREADS)
+    shapes = [tuple(int(v) for v in text.split("x")) for text in args.shapes.split(",")]
+    peak = peak_sgemm_flops()
+    results = [measure(shape, args.repeats, peak) for shape in shapes]
+    print(f"peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms (ratio gruc/torch, gruc/bound)")
+    for row in results:
+        ms, ratios = row["median_ms"], row["ratios"]
+        name = "x".join(str(v) for v in row["shape"].values())
+        for kind in ("fwd", "train"):
+            print(f"{name:>16} {kind:>5}: gruc {ms[f'gruc_{kind}']:9.1f}  torch "
+                  f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  bound "
+                  f"{ms[f'flop_bound_{kind}']:7.1f}  ({ratios[f'gruc_{kind}_over_torch']:.2f}x, "
+                  f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
+    write_result("gru", {"threads": THREADS, "peak_sgemm_gflops": round(peak / 1e9, 1),
+                         "repeats": args.repeats, "results": results})
+
+
+if __name__ == "__main__":
+    main()

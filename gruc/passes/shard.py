@@ -1,0 +1,259 @@
+"""shard: split an RNN's time loop into shards, each shard's steps on a tile set of its own.
+
+Why.  An RNN keeps whole sequences on chip: the inputs, the outputs and, for training, the
+intermediates of every time step.  poplibs stores each sequence *time-major on every tile*, so the
+loop's dynamic slice of step ``t`` reads only local memory; the price is that a tile holds its
+columns for all ``S`` steps, and a long sequence on the few tiles one step's columns need runs out
+of memory.  Sharding cuts the time axis into ``N`` ranges and gives each range its own, disjoint
+tile set, so a tile holds ``S / N`` steps instead of ``S``: the sequence bytes per tile fall by
+``N``, at the cost of ``N`` loops instead of one (a counter reset and a sync each), of the cell's
+step rows crossing from the shard's tiles to the cell's, and of using more tiles.  The results do
+not change: every step still runs the same cell on the same values, in the same order.
+
+What it matches (:mod:`gruc.passes.time_loops`).  A *time loop* is a ``Repeat(n, body)`` in an entry Sequence whose body slices
+and updates *sequence tensors* with ``DynamicSlice`` / ``DynamicUpdate`` vertices (one row of an
+``[n, M]`` base) at a one-element *counter*.  The counter is set by a ``Copy`` from a constant
+before the loop, moved by ``+1`` / ``-1`` by a one-vertex ``MapInPlace`` as the first or last step
+of the body, and read by nothing else; so the rows the loop visits are known exactly, forward or
+reverse.  The sequence tensors are the variables those bases view; a variable copied element for
+element, on the same tiles, to or from one (the host's input of a layer) follows its placement.
+
+What it does (``N`` shards, poplibs' bounds :func:`~gruc.ops.rnn_geometry.shard_time_bounds`):
+
+* placement: the element of step ``t`` in shard ``k`` moves from tile ``x`` to ``x - k`` (mod the
+  tile count).  This is poplibs' ``(tileOfShard + 1) * maxShards - 1 - shard`` (dithered) read
+  relative to shard 0, so it needs no layer sizes, and it reproduces what ``rnn`` builds with
+  ``num_shards=N``.  The shard tile sets of each tensor must be disjoint, so ``N`` is at most the
+  smallest cyclic gap between the tiles one step uses (poplibs' ``maxShards``);
+* the loop becomes ``N`` loops (in reverse order for a reverse loop), each starting the counter
+  afresh and slicing its rows of every base, its slice and update vertices on the shard's tiles
+  (a slice fills a row buffer there and a Copy moves the row on: a vertex writes only its own
+  tile).  The rest of the body — the cell, its state and its row buffers — is shared by all shards, as
+  with poplibs' code reuse, so there is no state to hand over between shards.
+
+Placement is the one thing the shared-graph policy (:mod:`gruc.passes.rewrite`) does not let a pass
+change, and host-visible sequences must move too; so this pass works on a copy of the graph (made
+through the module's JSON form) and returns a module over that copy — use the result's ``graph``.
+The caller's graph and programs are untouched.
+
+``num-shards``: the count (1 .. the largest that fits).  0 (the default) is poplibs' GRU memory
+heuristic read off the IR: as many shards as let the sequence tensors of the busiest tile take
+10% of its memory, at most the largest count that fits (``getNumShards``, ``getMaxShards``).
+A module whose loops are already split (built with ``shards=k``) is left as it is for 0 or ``k``
+and refused otherwise.  Variable-length loops (``RepeatWhileTrue``) are refused unless left as
+they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from gruc.errors import GrucOptionError, GrucProgramError, expect
+from gruc.ir.graph import ComputeSet, Graph
+from gruc.ir.mapping import TileMapping
+from gruc.ir.module import Module
+from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
+from gruc.ir.tensor import Tensor, Variable, concat
+from gruc.ops.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
+from gruc.passes.rewrite import (add_vertex_like, pass_output, rebuild, rebuild_programs, replacing,
+                                 require_valid)
+from gruc.passes.time_loops import TimeLoop, find_time_loops
+
+__all__ = ["Shard", "sequence_variables"]
+
+def sequence_variables(module: Module) -> list[Variable]:
+    """The sequence tensors of the module's time loops and the variables that follow them."""
+    loops, _ = find_time_loops(module)
+    shard = _placement(module, loops, 1)
+    graph = module.graph
+    return [graph.variables[v] for v in np.unique(graph.variable_of_id(np.flatnonzero(shard >= 0)))]
+
+
+def _placement(module: Module, loops: list[TimeLoop], count: int) -> np.ndarray:
+    """The shard of every element id (-1: not a sequence element) for ``count`` shards."""
+    graph = module.graph
+    last = graph.variables[-1]
+    shard = np.full(last.first_id + last.num_elements, -1, dtype=np.int64)
+    for loop in loops:
+        length = shard_time_bounds(loop.steps, count)[0][1]
+        for v, (ids, rows) in loop.rows.items():
+            clash = (shard[ids] >= 0) & (shard[ids] != rows // length)
+            expect(not clash.any(), GrucProgramError,
+                   f"sequence tensor {graph.variables[v].name!r} is cut at different time steps "
+                   "by two time loops")
+            shard[ids] = rows // length
+    old = graph.element_tiles_of_ids(np.arange(len(shard)))
+    copies = [n for n in module.walk() if isinstance(n, Copy)]
+    while True:  # variables copied element for element, on the same tiles, follow a sequence
+        proposals: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for copy in copies:
+            src, dst = copy.src.flat_ids(), copy.dst.flat_ids()
+            same = old[src] == old[dst]
+            for a, b in ((src, dst), (dst, src)):
+                take = same & (shard[a] >= 0) & (shard[b] < 0)
+                for v in np.unique(graph.variable_of_id(b[take])):
+                    mine = take & (graph.variable_of_id(b) == v)
+                    proposals[int(v)].append((b[mine], shard[a][mine]))
+        added = False
+        for v, parts in proposals.items():
+            variable = graph.variables[v]
+            ids, shards = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            pairs = np.unique(np.stack([ids, shards]), axis=1)
+            if variable.is_constant or np.any(shard[variable.first_id:variable.first_id
+                                                    + variable.num_elements] >= 0) \
+                    or pairs.shape[1] != variable.num_elements \
+                    or len(np.unique(pairs[0])) != variable.num_elements:
+                continue
+            shard[pairs[0]] = pairs[1]
+            added = True
+        if not added:
+            return shard
+
+
+def _max_shards(module: Module, loops: list[TimeLoop], shard: np.ndarray) -> int:
+    """poplibs' ``getMaxShards`` read off the placement: disjoint shifted tile sets, each
+    shard keeping at least one step of the shortest loop."""
+    graph = module.graph
+    tiles_total = graph.target.num_tiles
+    fitting = tiles_total
+    for v in np.unique(graph.variable_of_id(np.flatnonzero(shard >= 0))):
+        variable = graph.variables[v]
+        tiles = np.unique(graph.element_tiles(variable))
+        gaps = np.diff(np.append(tiles, tiles[0] + tiles_total))
+        fitting = min(fitting, int(gaps.min()))
+    steps = min(loop.steps for loop in loops)
+    per_shard = -(-steps // fitting)
+    return -(-steps // per_shard)
+
+
+def _heuristic(module: Module, shard: np.ndarray, max_shards: int) -> int:
+    """poplibs' GRU rule: the sequence bytes of the busiest tile within 10% of its memory."""
+    graph = module.graph
+    ids = np.flatnonzero(shard >= 0)
+    sizes = np.array([v.dtype.size for v in graph.variables])[graph.variable_of_id(ids)]
+    per_tile = np.bincount(graph.element_tiles_of_ids(ids), weights=sizes)
+    budget = graph.target.bytes_per_tile * GRU_OPERAND_MEMORY_FRACTION
+    return max(1, min(math.ceil(per_tile.max(initial=0) / budget), max_shards))
+
+
+def _current(graph: Graph, loops: list[TimeLoop]) -> int:
+    """How many shards the loops are split into already (1 if every loop sees whole tensors)."""
+    ranges: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for loop in loops:
+        if loop.partial(graph):
+            for v, (ids, _) in loop.rows.items():
+                ranges[v].add((int(ids.min()), int(ids.max())))
+    counts = {len(r) for r in ranges.values()}
+    expect(len(counts) <= 1, GrucProgramError,
+           f"the time loops split their sequences into different shard counts {sorted(counts)}")
+    return counts.pop() if counts else 1
+
+
+def _shard_compute_set(graph: Graph, cs: ComputeSet, begin: int, end: int, k: int) -> Program:
+    """Shard ``k``'s version of a slice / update compute set: each vertex on the tile of its
+    rows.  A vertex writes only its own tile, so a slice lands in a row buffer there and one Copy
+    per type then moves the rows to the cell's buffers (poplibs' code-reuse argument copy)."""
+    new = graph.add_compute_set(cs.name)
+    moves: dict[object, list[tuple[Tensor, Tensor]]] = defaultdict(list)
+    for vertex in cs.vertices:
+        rows = vertex.fields["base"].slice(begin, end)
+        tiles = np.unique(graph.element_tiles(rows))
+        fields, tile = {**vertex.fields, "base": rows}, vertex.tile
+        if len(tiles) == 1 and tiles[0] != vertex.tile:
+            tile = int(tiles[0])
+            if "out" in fields:
+                window = fields["out"]
+                buffer = graph.add_variable(window.dtype, window.shape, f"{cs.name}/shard{k}")
+                graph.set_tile_mapping(buffer, tile)
+                fields["out"] = buffer
+                moves[window.dtype].append((buffer.flatten(), window.flatten()))
+        add_vertex_like(graph, new, vertex, fields, tile=tile)
+    copies = [Copy(concat([b for b, _ in pairs]), concat([w for _, w in pairs]))
+              for pairs in moves.values()]
+    return Sequence(Execute(new), *copies) if copies else Execute(new)
+
+
+def _shard_loop(graph: Graph, loop: TimeLoop, count: int) -> Sequence:
+    """``loop`` as one loop per shard, each slicing its rows with vertices on the shard's tiles."""
+    bounds = shard_time_bounds(loop.steps, count)
+    order = range(count) if loop.step == 1 else range(count - 1, -1, -1)
+    items: list[Program] = []
+    for k in order:
+        begin, end = bounds[k]
+        if begin == end:
+            continue
+        replaced = {id(cs): _shard_compute_set(graph, cs, begin, end, k) for cs in loop.dynamic}
+        body = rebuild(loop.loop.body, lambda n: replaced[id(n.compute_set)]
+                       if isinstance(n, Execute) and id(n.compute_set) in replaced else n)
+        first = 0 if loop.step == 1 else end - begin - 1
+        start = graph.add_constant(loop.counter.dtype, (1,), first - loop.step * loop.advance_first,
+                                   f"{loop.counter.name}/shard{k}_start")
+        graph.set_tile_mapping(start, TileMapping.from_element_tiles(
+            graph.element_tiles(loop.counter)))
+        items += [Copy(start, loop.counter), Repeat(end - begin, body)]
+    return Sequence(*items)
+
+
+def _copy(module: Module) -> Module:
+    from gruc.ir.serialize import module_from_json, module_to_json
+
+    return module_from_json(module_to_json(module))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Split RNN time loops into shards on disjoint tile sets (poplibs' sequence sharding)."""
+
+    name: ClassVar[str] = "shard"
+    num_shards: int = 0
+    """Shards per time loop; 0: poplibs' memory heuristic (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        expect(isinstance(self.num_shards, int) and not isinstance(self.num_shards, bool)
+               and self.num_shards >= 0, GrucOptionError,
+               f"option 'num-shards' must be an integer >= 1 (or 0 for poplibs' heuristic), "
+               f"got {self.num_shards!r}")
+
+    def apply(self, module: Module) -> Module:
+        require_valid(module)
+        loops, variable = find_time_loops(module)
+        if not loops:
+            expect(self.num_shards <= 1 and not variable, GrucProgramError,
+                   "found no fixed-length time loop to shard" + (
+                       " (variable-length loops are not sharded)" if variable else ""))
+            return pass_output(module)
+        current = _current(module.graph, loops)
+        shard = _placement(module, loops, 1)
+        most = _max_shards(module, loops, shard) if current == 1 else current
+        wanted = self.num_shards or (current if current > 1 else _heuristic(module, shard, most))
+        if wanted == current:
+            return pass_output(module)
+        expect(current == 1, GrucProgramError,
+               f"the time loops are already split into {current} shards; shard splits whole "
+               f"loops only: ask for num-shards={current} or build the layer with one shard")
+        expect(not variable, GrucProgramError,
+               "variable-length time loops (RepeatWhileTrue) are not sharded by this pass; build "
+               "the layer with the shard count instead")
+        expect(wanted <= most, GrucOptionError,
+               f"option 'num-shards' is {wanted}, but at most {most} shards fit (the sequence "
+               f"tensors' tile sets must stay disjoint and every shard needs a step); allowed "
+               f"1..{most}")
+        module = _copy(module)
+        graph = module.graph
+        loops, _ = find_time_loops(module)
+        shard = _placement(module, loops, wanted)
+        for v in np.unique(graph.variable_of_id(np.flatnonzero(shard >= 0))):
+            variable = graph.variables[v]
+            ids = np.arange(variable.first_id, variable.first_id + variable.num_elements)
+            tiles = (graph.element_tiles_of_ids(ids) - shard[ids]) % graph.target.num_tiles
+            graph.set_tile_mapping(variable, TileMapping.from_element_tiles(tiles))
+        replacements: dict[int, Program | None] = {}
+        for loop in loops:
+            replacements[id(loop.init)] = None
+            replacements[id(loop.loop)] = _shard_loop(graph, loop, wanted)
+        return pass_output(rebuild_programs(module, replacing(replacements)))

@@ -1,0 +1,113 @@
+"""The numba backend's cross-vertex fast paths keep the definition's results.
+
+Each case is built so that the fast path is taken *and* could go wrong: a weights operand kept
+between steps while the host or a step rewrites it, slice vertices grouped into one kernel whose
+rows are not contiguous, copies moved as runs whose source and destination overlap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target
+from gruc.ir.expr import _1, Const
+from gruc.ops import map_in_place
+from gruc.ops.dynamic import dynamic_slice, dynamic_update
+from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
+
+T16 = Target.custom(tiles_per_ipu=16)
+
+
+def engines(graph, program):
+    return [Engine(graph, program, backend=backend) for backend in ("numpy", "numba")]
+
+
+def product_loop(update_weights: bool):
+    """``acc += a @ b`` three times, optionally scaling ``b`` by 0.5 inside the loop."""
+    g = Graph(T16)
+    a = create_mat_mul_input_lhs(g, FLOAT, (8, 12), (12, 10), "a")
+    b = create_mat_mul_input_rhs(g, FLOAT, (8, 12), (12, 10), "b")
+    acc = g.add_variable(FLOAT, (8, 10), "acc")
+    g.map_tensor_linearly(acc)
+    body = Sequence()
+    mat_mul_acc(g, acc, 1.0, a, b, body)
+    if update_weights:
+        map_in_place(g, _1 * Const(0.5), [b], body)
+    for name, tensor in (("a", a), ("b", b), ("acc", acc)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("acc", acc)
+    return g, Sequence(Repeat(3, body))
+
+
+@pytest.mark.parametrize("update_weights", [False, True])
+def test_kept_weights_follow_host_writes_and_steps_that_write_them(update_weights, rng):
+    g, program = product_loop(update_weights)
+    a, acc = rng.uniform(-1, 1, (8, 12)), np.zeros((8, 10))
+    weights = [rng.uniform(-1, 1, (12, 10)) for _ in range(2)]
+    results = []
+    for engine in engines(g, program):
+        runs = []
+        for b in weights:
+            for name, value in (("a", a), ("b", b), ("acc", acc)):
+                engine.write_tensor(name, value)
+            engine.run(0)
+            scale = (1, 0.5, 0.25) if update_weights else (1, 1, 1)
+            expected = sum(s * a @ b for s in scale)
+            np.testing.assert_allclose(engine.read_tensor("acc"), expected, rtol=1e-5,
+                                       atol=1e-5)
+            runs.append(engine.read_tensor("acc"))
+        results.append(runs)
+    for numpy_run, numba_run in zip(*results):
+        np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6, atol=1e-6)
+
+
+def test_grouped_windows_with_scattered_rows_match_the_definition(rng):
+    """A transposed base (rows not contiguous on any tile) sliced and updated by many vertices."""
+    g = Graph(T16)
+    base = g.add_variable(FLOAT, (12, 40), "base")
+    g.map_tensor_linearly(base)
+    sliced_view = base.transpose()[:, :6].transpose()  # [6, 40] rows scattered in memory
+    offset = g.add_variable(INT, (1,), "offset")
+    g.set_tile_mapping(offset, 3)
+    program = Sequence()
+    window = dynamic_slice(g, sliced_view, offset, [0], [2], program, "slice")
+    map_in_place(g, _1 + Const(1.0), [window], program)
+    dynamic_update(g, base, window, offset, [0], [2], program, "update")
+    g.create_host_write("base", base)
+    g.create_host_write("offset", offset)
+    g.create_host_read("base", base)
+    g.create_host_read("window", window)
+    values = rng.uniform(-1, 1, (12, 40))
+    outputs = []
+    for engine in engines(g, program):
+        for at in (4, 5, 11):  # 5: the window wraps around the 6 rows; 11: out of range
+            engine.write_tensor("base", values)
+            engine.write_tensor("offset", np.array([at]))
+            engine.run(0)
+            outputs.append((engine.read_tensor("base"), engine.read_tensor("window")))
+    half = len(outputs) // 2
+    for (numpy_base, numpy_window), (numba_base, numba_window) in zip(outputs[:half],
+                                                                      outputs[half:]):
+        np.testing.assert_array_equal(numba_base, numpy_base)
+        np.testing.assert_array_equal(numba_window, numpy_window)
+
+
+def test_copies_as_runs_and_overlapping_copies(rng):
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (64,), "x")
+    g.map_tensor_linearly(x)
+    y = g.add_variable(FLOAT, (64,), "y")
+    g.map_tensor_linearly(y)
+    program = Sequence(Copy(x, y), Copy(x[:60], x[4:]), Copy(y[::-1], y))
+    g.create_host_write("x", x)
+    g.create_host_read("x", x)
+    g.create_host_read("y", y)
+    values = rng.uniform(-1, 1, 64)
+    expected_x = values.astype(np.float32)
+    expected_x[4:] = expected_x[:60].copy()
+    for engine in engines(g, program):
+        engine.write_tensor("x", values)
+        engine.run(0)
+        np.testing.assert_array_equal(engine.read_tensor("x"), expected_x)
+        np.testing.assert_array_equal(engine.read_tensor("y"), values.astype(np.float32)[::-1])
