@@ -137,16 +137,19 @@ class Unchanged:
     kernel may keep its gathered host copy (the weights an RNN step multiplies by, gathered from
     thousands of tiles on every step, change only when the host writes them).
 
-    Exact, not a heuristic: the operand's variables must be always-live (no other variable is ever
-    placed on their bytes) and not written by the reading step itself; then its memory changes only
-    through the host (:attr:`DeviceMemory.host_writes`) or a step that writes one of them, whose
-    execution count the interpreter keeps (counts only grow).  Anything else is never cached.
+    Exact, not a heuristic.  The operand's bytes change only through the host
+    (:attr:`DeviceMemory.host_writes`), a step that writes one of its variables or declares it dead
+    (the interpreter counts executions, and counts only grow), or a step writing *another* variable
+    the memory plan placed on the same bytes.  The last cannot happen between two reads of the
+    operand with no write nor kill of it in between: the variable is live over that stretch, and
+    the plan never lets a variable's bytes be shared while it is live (the invariant the planner
+    tests and fuzzers hold it to).  A step that writes the operand itself never keeps it.
     """
 
     def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int) -> None:
         variables = frozenset(v.index for v in operand.tensor.variables())
         writers = [s for s, written in enumerate(executable.step_writes) if written & variables]
-        self.enabled = variables <= executable.always_live and reading_step not in writers
+        self.enabled = reading_step not in writers
         self.writers = np.array(writers, dtype=np.int64)
         self.step_counts = step_counts
         self.seen: tuple[int, int, int] | None = None

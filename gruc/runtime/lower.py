@@ -136,9 +136,7 @@ class Executable:
     leaves: tuple = field(default=())
     """Every leaf step object, indexed by step number."""
     step_writes: tuple[frozenset[int], ...] = field(default=())
-    """Indices of the variables each step writes, by step number."""
-    always_live: frozenset[int] = frozenset()
-    """Variables with bytes of their own (no other variable is ever placed on them)."""
+    """Indices of the variables each step writes or declares dead (``WriteUndef``), by step."""
 
 
 class _Lowering:
@@ -233,8 +231,7 @@ class _Lowering:
                             if v.is_constant and v.index in self.plan.allocated),
             num_tiles=graph.target.num_tiles, tile_stride=self.tile_stride,
             num_steps=len(self.steps), leaves=tuple(self.leaves),
-            step_writes=tuple(step.effect.writes for step in self.steps),
-            always_live=self.plan.liveness.always_live)
+            step_writes=tuple(step.effect.writes | step.effect.kills for step in self.steps))
 
 
 def lower(module: Module, plan: MemoryPlan) -> Executable:

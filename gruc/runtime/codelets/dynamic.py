@@ -94,16 +94,16 @@ def _numpy_update(vertex: LoweredVertex) -> Prepared:
 # An RNN step slices every sequence tensor with one vertex per tile: thousands of small vertices a
 # step on a full IPU, each too cheap to be worth a Python call.  The numba backend therefore runs
 # each run of consecutive slice (or update) vertices of a compute set as one kernel call over
-# concatenated tables.  A row of a vertex's base or window is moved as *pieces* of consecutive
-# addresses: one piece per row where the row is one block of tile memory (the time-major layout
-# of sequence tensors makes it so), else one piece per element.  The tables hold the address of
-# every piece, so they grow with the rows, not the elements.  Semantics are the definition's,
+# concatenated tables.  A row of a vertex's base or window is moved as *pieces*: column ranges in
+# which every base row and every window row has consecutive addresses (one piece per row when the
+# rows are blocks of tile memory, as the time-major layout of sequence tensors makes them).  The
+# tables hold the address of every piece, so they grow with the rows, not the elements.  Semantics are the definition's,
 # vertex after vertex (out-of-range offsets skip the vertex).
 @njit(cache=True, nogil=True)
-def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_index, pieces,
-                  piece_width, window_count, base_start, base_pieces, window_start, window_pieces,
+def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_index, width_start,
+                  widths, window_count, base_start, base_pieces, window_start, window_pieces,
                   scatter):  # pragma: no cover (compiled)
-    for v in range(pieces.shape[0]):
+    for v in range(window_count.shape[0]):
         first, last = dim_start[v], dim_start[v + 1]
         in_range = True
         for k in range(first, last):
@@ -112,7 +112,8 @@ def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_
                 in_range = False
         if not in_range:
             continue
-        count, width = pieces[v], piece_width[v]
+        first_width = width_start[v]
+        count = width_start[v + 1] - first_width
         for q in range(window_count[v]):
             row = 0
             stride = 1
@@ -123,6 +124,7 @@ def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_
                 row += (np.int64(offset_data[offset_index[k]]) + step) % dim_sizes[k] * stride
                 stride *= dim_sizes[k]
             for p in range(count):
+                width = widths[first_width + p]
                 base = base_pieces[base_start[v] + row * count + p]
                 window = window_pieces[window_start[v] + q * count + p]
                 if scatter:
@@ -137,15 +139,19 @@ def _starts(sizes: list[int]) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
 
 
-def _pieces(base: Operand, window: Operand) -> tuple[np.ndarray, np.ndarray, int]:
-    """Start addresses of the pieces of every base row and window row, and the piece width."""
+def _pieces(base: Operand, window: Operand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start addresses of the pieces of every base row and of every window row, and the width of
+    each piece (the same column ranges in every row)."""
     columns = base.shape[-1]
     if columns == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64), 1
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     base_rows, window_rows = base.index.reshape(-1, columns), window.index.reshape(-1, columns)
-    if columns > 1 and all(np.all(np.diff(rows, axis=1) == 1) for rows in (base_rows, window_rows)):
-        return base_rows[:, 0], window_rows[:, 0], columns
-    return base_rows.reshape(-1), window_rows.reshape(-1), 1
+    breaks = np.zeros(columns - 1, dtype=bool)
+    for rows in (base_rows, window_rows):
+        breaks |= np.any(np.diff(rows, axis=1) != 1, axis=0)
+    starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
+    widths = np.diff(np.append(starts, columns))
+    return base_rows[:, starts].reshape(-1), window_rows[:, starts].reshape(-1), widths
 
 
 def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
@@ -155,8 +161,8 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     windows = [v.fields[window_field] for v in vertices]
     offsets = [v.fields["offset"] for v in vertices]
     tables = [_pieces(b, w) for b, w in zip(bases, windows)]
-    piece_width = np.array([width for _, _, width in tables], dtype=np.int64)
-    pieces = np.array([b.shape[-1] for b in bases], dtype=np.int64) // np.maximum(piece_width, 1)
+    widths = np.concatenate([w for _, _, w in tables]).astype(np.int64)
+    width_start = np.cumsum([0] + [len(w) for _, _, w in tables], dtype=np.int64)
     dim_start = np.cumsum([0] + [len(b.shape) - 1 for b in bases], dtype=np.int64)
     dim_sizes = np.concatenate([b.shape[:-1] for b in bases]).astype(np.int64)
     window_sizes = np.concatenate([w.shape[:-1] for w in windows]).astype(np.int64)
@@ -172,7 +178,7 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
 
     def run(memory: DeviceMemory) -> None:
         _move_windows(memory.raw.view(bits), memory.view(offset_dtype), dim_start, dim_sizes,
-                      window_sizes, offset_index, pieces, piece_width, window_count, base_start,
+                      window_sizes, offset_index, width_start, widths, window_count, base_start,
                       base_pieces, window_start, window_pieces, scatter)
 
     return run
