@@ -13,6 +13,7 @@ step it executes; the counts are what the cost model multiplies into cycles and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -24,11 +25,25 @@ from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMem
 
 Prepared = Callable[[DeviceMemory], None]
 PrepareVertex = Callable[[LoweredVertex], Prepared]
-PrepareExecutable = Callable[[Executable, np.ndarray], dict[int, Prepared | None]]
-"""A whole-executable preparation hook: given the executable and the interpreter's step counts
-(which it may watch at run time, e.g. to know whether a step that writes some tensor ran), returns
-prepared callables for some lowered vertices, by ``id`` of the :class:`LoweredVertex` (they
-replace the table's preparation of those vertices).
+
+
+@dataclass
+class RunHooks:
+    """What a whole-executable preparation hook may ask of the interpreter at run time."""
+
+    step_counts: np.ndarray
+    """Executions of each step so far (they only grow): watched to tell whether a step ran."""
+    before_step: dict[int, list[Prepared]] = field(default_factory=dict)
+    """Callables run before an Execute or Copy step, by step number (e.g. to write back a value a
+    kernel kept on the host, before a step that touches its tensor)."""
+    after_run: list[Prepared] = field(default_factory=list)
+    """Callables run when a program finishes: device memory is complete between runs."""
+
+
+PrepareExecutable = Callable[[Executable, RunHooks], dict[int, Prepared | None]]
+"""A whole-executable preparation hook: given the executable and the interpreter's
+:class:`RunHooks`, returns prepared callables for some lowered vertices, by ``id`` of the
+:class:`LoweredVertex` (they replace the table's preparation of those vertices).
 ``None`` marks a vertex another vertex's callable runs along with its own (a group of vertices
 prepared as one kernel call), so the interpreter does not call anything for it."""
 NUMPY_VERTICES: dict[str, PrepareVertex] = {}
@@ -63,10 +78,11 @@ class Interpreter:
         self.memory = memory
         self.copy = copy
         table = NUMPY_VERTICES if vertices is None else vertices
-        self.step_counts = np.zeros(executable.num_steps, dtype=np.int64)
+        self.hooks = RunHooks(np.zeros(executable.num_steps, dtype=np.int64))
+        self.step_counts = self.hooks.step_counts
         overrides: dict[int, Prepared | None] = {}
         for hook in getattr(table, "executable_hooks", ()):  # a backend's cross-step fast paths
-            overrides.update(hook(executable, self.step_counts))
+            overrides.update(hook(executable, self.hooks))
         self.prepared: dict[int, tuple[Prepared, ...]] = {}
         for leaf in executable.leaves:
             if isinstance(leaf, ExecuteStep):
@@ -89,7 +105,11 @@ class Interpreter:
     def run(self, program: int) -> None:
         self.loop_trips.clear()
         self.branches.clear()
-        self.block(self.executable.programs[program])
+        try:
+            self.block(self.executable.programs[program])
+        finally:
+            for complete in self.hooks.after_run:
+                complete(self.memory)
 
     def predicate(self, operand: Operand) -> bool:
         return bool(_flat(self.memory, operand)[0])
@@ -99,10 +119,14 @@ class Interpreter:
             kind = type(item)
             if kind is ExecuteStep:
                 self.step_counts[item.step] += 1
+                for run in self.hooks.before_step.get(item.step, ()):
+                    run(self.memory)
                 for run in self.prepared[item.step]:
                     run(self.memory)
             elif kind is CopyStep:
                 self.step_counts[item.step] += 1
+                for run in self.hooks.before_step.get(item.step, ()):
+                    run(self.memory)
                 self.copy(self.memory, item)
             elif kind is Loop:
                 for _ in range(item.count):

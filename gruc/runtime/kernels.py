@@ -143,12 +143,15 @@ class Unchanged:
     the memory plan placed on the same bytes.  The last cannot happen between two reads of the
     operand with no write nor kill of it in between: the variable is live over that stretch, and
     the plan never lets a variable's bytes be shared while it is live (the invariant the planner
-    tests and fuzzers hold it to).  A step that writes the operand itself never keeps it.
+    tests and fuzzers hold it to).  A step that writes the operand itself never keeps it, unless
+    ``own_writes`` says the caller keeps what that step writes on the host too.
     """
 
-    def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int) -> None:
+    def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int, *,
+                 own_writes: bool = False) -> None:
         variables = frozenset(v.index for v in operand.tensor.variables())
-        writers = [s for s, written in enumerate(executable.step_writes) if written & variables]
+        writers = [s for s, written in enumerate(executable.step_writes) if written & variables
+                   and not (own_writes and s == reading_step)]
         self.enabled = reading_step not in writers
         self.writers = np.array(writers, dtype=np.int64)
         self.step_counts = step_counts

@@ -137,6 +137,8 @@ class Executable:
     """Every leaf step object, indexed by step number."""
     step_writes: tuple[frozenset[int], ...] = field(default=())
     """Indices of the variables each step writes or declares dead (``WriteUndef``), by step."""
+    step_reads: tuple[frozenset[int], ...] = field(default=())
+    """Indices of the variables each step reads, by step."""
 
 
 class _Lowering:
@@ -231,7 +233,8 @@ class _Lowering:
                             if v.is_constant and v.index in self.plan.allocated),
             num_tiles=graph.target.num_tiles, tile_stride=self.tile_stride,
             num_steps=len(self.steps), leaves=tuple(self.leaves),
-            step_writes=tuple(step.effect.writes | step.effect.kills for step in self.steps))
+            step_writes=tuple(step.effect.writes | step.effect.kills for step in self.steps),
+            step_reads=tuple(step.effect.reads for step in self.steps))
 
 
 def lower(module: Module, plan: MemoryPlan) -> Executable:

@@ -23,26 +23,45 @@ def engines(graph, program):
     return [Engine(graph, program, backend=backend) for backend in ("numpy", "numba")]
 
 
-def product_loop(update_weights: bool):
-    """``acc += a @ b`` three times, optionally scaling ``b`` by 0.5 inside the loop."""
+def product_loop(touch: str):
+    """``acc += a @ b`` three times; inside the loop also, by ``touch``: nothing, ``b *= 0.5``
+    (the kept weights change), ``acc *= 0.5`` (the kept accumulator changes) or a snapshot copy
+    of ``acc`` (the kept accumulator must be in tile memory when the copy reads it)."""
     g = Graph(T16)
     a = create_mat_mul_input_lhs(g, FLOAT, (8, 12), (12, 10), "a")
     b = create_mat_mul_input_rhs(g, FLOAT, (8, 12), (12, 10), "b")
     acc = g.add_variable(FLOAT, (8, 10), "acc")
     g.map_tensor_linearly(acc)
+    snapshot = g.clone(acc, "snapshot")
     body = Sequence()
     mat_mul_acc(g, acc, 1.0, a, b, body)
-    if update_weights:
+    if touch == "weights":
         map_in_place(g, _1 * Const(0.5), [b], body)
+    elif touch == "accumulator":
+        map_in_place(g, _1 * Const(0.5), [acc], body)
+    elif touch == "snapshot":
+        body.add(Copy(acc, snapshot))
     for name, tensor in (("a", a), ("b", b), ("acc", acc)):
         g.create_host_write(name, tensor)
     g.create_host_read("acc", acc)
-    return g, Sequence(Repeat(3, body))
+    g.create_host_read("snapshot", snapshot)
+    return g, Sequence(Copy(acc, snapshot), Repeat(3, body))
 
 
-@pytest.mark.parametrize("update_weights", [False, True])
-def test_kept_weights_follow_host_writes_and_steps_that_write_them(update_weights, rng):
-    g, program = product_loop(update_weights)
+def expected_accumulation(touch: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    total = np.zeros((8, 10))
+    for _ in range(3):
+        total = total + a @ b
+        if touch == "weights":
+            b = 0.5 * b
+        elif touch == "accumulator":
+            total = 0.5 * total
+    return total
+
+
+@pytest.mark.parametrize("touch", ["nothing", "weights", "accumulator", "snapshot"])
+def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, rng):
+    g, program = product_loop(touch)
     a, acc = rng.uniform(-1, 1, (8, 12)), np.zeros((8, 10))
     weights = [rng.uniform(-1, 1, (12, 10)) for _ in range(2)]
     results = []
@@ -52,10 +71,12 @@ def test_kept_weights_follow_host_writes_and_steps_that_write_them(update_weight
             for name, value in (("a", a), ("b", b), ("acc", acc)):
                 engine.write_tensor(name, value)
             engine.run(0)
-            scale = (1, 0.5, 0.25) if update_weights else (1, 1, 1)
-            expected = sum(s * a @ b for s in scale)
+            expected = expected_accumulation(touch, a, b)
             np.testing.assert_allclose(engine.read_tensor("acc"), expected, rtol=1e-5,
                                        atol=1e-5)
+            if touch == "snapshot":
+                np.testing.assert_array_equal(engine.read_tensor("snapshot"),
+                                              engine.read_tensor("acc"))
             runs.append(engine.read_tensor("acc"))
         results.append(runs)
     for numpy_run, numba_run in zip(*results):

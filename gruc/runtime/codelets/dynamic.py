@@ -22,7 +22,7 @@ from numba import njit
 
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
-from gruc.runtime.interp import Prepared, numpy_vertex
+from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import numba_executable_hook
 from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
@@ -191,7 +191,7 @@ def _group_key(vertex: LoweredVertex):
 
 
 @numba_executable_hook
-def _group_windows(executable: Executable, step_counts: np.ndarray) -> dict[int, Prepared | None]:
+def _group_windows(executable: Executable, hooks: RunHooks) -> dict[int, Prepared | None]:
     """Each maximal run of groupable slice / update vertices in a step becomes one callable."""
     prepared: dict[int, Prepared | None] = {}
     for leaf in executable.leaves:

@@ -40,7 +40,7 @@ from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
-from gruc.runtime.interp import Prepared, numpy_vertex
+from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
                                   numba_vertex)
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
@@ -444,10 +444,53 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
     return run
 
 
+# A weight-gradient accumulator (``MatMulReduceAcc``) is read, added to and written back on every
+# step of the loop that owns it: a scattered read-modify-write of the whole weight shape in tile
+# memory, per step.  When only Execute and Copy steps touch it besides, the kernel keeps its value
+# on the host instead — loaded when tile memory may have changed (:class:`Unchanged`), added to
+# in float32 exactly as the definition does — and writes it back before any other step touches
+# its variables and when the program ends.  Writing back while the variable is dead can only
+# land on bytes no live variable holds: the planner never shares a live variable's bytes.
+def _kept_accumulation(consumer: LoweredVertex, step: int, product: np.ndarray,
+                       executable: Executable, hooks: RunHooks) -> Prepared | None:
+    out, _, scale, k = _reduce_parts(consumer)
+    if out.dtype is not FLOAT:
+        return None
+    variables = frozenset(v.index for v in out.tensor.variables())
+    touching = [s for s, (read, written) in enumerate(zip(executable.step_reads,
+                                                          executable.step_writes))
+                if s != step and (read | written) & variables]
+    if any(not isinstance(executable.leaves[s], (ExecuteStep, CopyStep)) for s in touching):
+        return None
+    o_io = Transfer(out)
+    unchanged = Unchanged(out, executable, hooks.step_counts, step, own_writes=True)
+    kept, scaled = np.empty_like(product), np.empty_like(product)
+    dirty = [False]
+
+    def write_back(memory: DeviceMemory) -> None:
+        if dirty[0]:
+            o_io.write(memory, kept)
+            dirty[0] = False
+
+    def run(memory: DeviceMemory) -> None:
+        if not unchanged(memory):
+            o_io.read(memory, kept)
+        np.multiply(product, _factor(memory, scale, k), out=scaled)
+        np.add(kept, scaled, out=kept)
+        dirty[0] = True
+
+    for other in touching:
+        hooks.before_step.setdefault(other, []).append(write_back)
+    hooks.after_run.append(write_back)
+    return run
+
+
 @numba_executable_hook
-def _prepare_partials(executable: Executable, step_counts: np.ndarray) -> dict[int, Prepared]:
+def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prepared]:
     """Every partials vertex, fused with its reduction where :func:`_fusible_pairs` allows."""
     fused = {id(producer): consumer for producer, consumer in _fusible_pairs(executable)}
+    steps = {id(v): leaf.step for leaf in executable.leaves if isinstance(leaf, ExecuteStep)
+             for v in leaf.vertices}
     prepared: dict[int, Prepared] = {}
     for leaf in executable.leaves:
         if not isinstance(leaf, ExecuteStep):
@@ -455,7 +498,7 @@ def _prepare_partials(executable: Executable, step_counts: np.ndarray) -> dict[i
         for vertex in leaf.vertices:
             if vertex.kind != "MatMulPartials":
                 continue
-            operands = _Operands(vertex, leaf.step, executable, step_counts)
+            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
             consumer = fused.get(id(vertex))
             if consumer is None:
                 prepared[id(vertex)] = _partials(vertex, operands)
@@ -463,7 +506,11 @@ def _prepare_partials(executable: Executable, step_counts: np.ndarray) -> dict[i
             G, M, _, N = blocking_of(vertex.vertex).shape
             product = np.empty((G, M, N), F32)
             prepared[id(vertex)] = _fused_product(operands, product)
-            prepared[id(consumer)] = _fused_reduce(consumer, product)
+            kept = None
+            if consumer.kind == "MatMulReduceAcc":
+                kept = _kept_accumulation(consumer, steps[id(consumer)], product, executable,
+                                          hooks)
+            prepared[id(consumer)] = kept or _fused_reduce(consumer, product)
     return prepared
 
 
