@@ -475,8 +475,12 @@ def _kept_accumulation(consumer: LoweredVertex, step: int, product: np.ndarray,
     def run(memory: DeviceMemory) -> None:
         if not unchanged(memory):
             o_io.read(memory, kept)
-        np.multiply(product, _factor(memory, scale, k), out=scaled)
-        np.add(kept, scaled, out=kept)
+        factor = _factor(memory, scale, k)
+        if factor == 1:  # a product times 1 is itself: one pass fewer, the same bits
+            np.add(kept, product, out=kept)
+        else:
+            np.multiply(product, factor, out=scaled)
+            np.add(kept, scaled, out=kept)
         dirty[0] = True
 
     for other in touching:
