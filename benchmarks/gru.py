@@ -172,7 +172,7 @@ def measure(shape, repeats: int, peak: float) -> dict:
     ratios = {f"gruc_{kind}_over_{peer}": round(seconds[f"gruc_{kind}"]
                                                 / seconds[f"{peer}_{kind}"], 3)
               for kind in ("fwd", "train") for peer in ("torch", "numpy", "flop_bound")}
-    return {"shape": dict(zip("TBIH", shape)), "median_ms": ms, "ratios": ratios,
+    return {"shape": "x".join(map(str, shape)), "T_B_I_H": list(shape), "median_ms": ms, "ratios": ratios,
             "gruc_fwd_vs_torch_max_abs_difference": difference,
             "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
             "flops": {"fwd": fwd_flops, "train": train_flops}}
@@ -190,7 +190,7 @@ def main() -> None:
     print(f"peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms (ratio gruc/torch, gruc/bound)")
     for row in results:
         ms, ratios = row["median_ms"], row["ratios"]
-        name = "x".join(str(v) for v in row["shape"].values())
+        name = row["shape"]
         for kind in ("fwd", "train"):
             print(f"{name:>16} {kind:>5}: gruc {ms[f'gruc_{kind}']:9.1f}  torch "
                   f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  bound "
