@@ -17,6 +17,8 @@ rule, the index rule and its printed parameters.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
@@ -102,6 +104,13 @@ def _reshape_strided(layout: Strided, old: Shape, new: Shape) -> Strided | None:
     return Strided(layout.offset, tuple(new_strides))
 
 
+@functools.cache
+def _parameters(kind: type) -> tuple[tuple[str, bool], ...]:
+    """``(name, is a tuple)`` of each parameter of a view kind (views are made by the
+    thousands: the dataclass introspection is done once per kind)."""
+    return tuple((item.name, str(item.type).startswith("tuple")) for item in fields(kind))
+
+
 @dataclass(frozen=True, slots=True)
 class ViewOp(ABC):
     """A primitive view: a shape rule and an index rule over its sources' layouts."""
@@ -113,15 +122,14 @@ class ViewOp(ABC):
         """Every parameter of a view is an integer or a tuple of integers.  Checked here because
         views are also built from text and JSON IR, where a parameter can be anything: a wrong
         one must be a GrucTypeError naming it, not a TypeError deep in the shape rule."""
-        for item in fields(self):
-            value = getattr(self, item.name)
-            wants_tuple = str(item.type).startswith("tuple")
+        for name, wants_tuple in _parameters(type(self)):
+            value = getattr(self, name)
             parts = value if wants_tuple and isinstance(value, tuple) else (value,)
             if (wants_tuple and not isinstance(value, tuple)) or not all(
                     isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                     for v in parts):
                 kind = "a tuple of integers" if wants_tuple else "an integer"
-                raise GrucTypeError(f"{self.keyword} {item.name} must be {kind}, got {value!r}")
+                raise GrucTypeError(f"{self.keyword} {name} must be {kind}, got {value!r}")
 
     @abstractmethod
     def result_shape(self, shapes: list[Shape]) -> Shape:
