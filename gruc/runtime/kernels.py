@@ -182,7 +182,8 @@ def _copy_elements(data, sources, targets):  # pragma: no cover (compiled)
         data[targets[i]] = data[sources[i]]
 
 
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+UNSIGNED_VIEWS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+"""The unsigned type through which elements of each byte size are moved (moving is bit copying)."""
 
 
 class CompiledCopy:
@@ -209,7 +210,7 @@ class CompiledCopy:
         if (len(source) == 0 or step.src.dtype is not step.dst.dtype
                 or len(np.intersect1d(source, target))):
             return lambda memory: numpy_copy(memory, step)
-        bits = _UNSIGNED[step.dst.dtype.size]
+        bits = UNSIGNED_VIEWS[step.dst.dtype.size]
         breaks = (np.diff(source) != 1) | (np.diff(target) != 1)
         begins = np.concatenate(([0], np.flatnonzero(breaks) + 1))
         if len(begins) * SEGMENT_MIN_AVERAGE <= len(source):

@@ -23,13 +23,11 @@ from numba import njit
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
-from gruc.runtime.kernels import numba_executable_hook
+from gruc.runtime.kernels import UNSIGNED_VIEWS, numba_executable_hook
 from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import DType
 
-_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
-"""The unsigned view through which elements of each byte size are moved."""
 
 
 class _Window:
@@ -172,7 +170,7 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     window_start = _starts([len(w) for _, w, _ in tables])
     base_pieces = np.concatenate([b for b, _, _ in tables]).astype(np.uint64)
     window_pieces = np.concatenate([w for _, w, _ in tables]).astype(np.uint64)
-    bits = _BITS[bases[0].dtype.size]
+    bits = UNSIGNED_VIEWS[bases[0].dtype.size]
     offset_dtype = offsets[0].dtype
     scatter = window_field == "update"
 
