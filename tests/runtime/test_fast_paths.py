@@ -23,8 +23,8 @@ def engines(graph, program):
     return [Engine(graph, program, backend=backend) for backend in ("numpy", "numba")]
 
 
-def product_loop(touch: str):
-    """``acc += a @ b`` three times; inside the loop also, by ``touch``: nothing, ``b *= 0.5``
+def product_loop(touch: str, steps: int = 3, k: float = 1.0):
+    """``acc += k * a @ b``, ``steps`` times; inside the loop also, by ``touch``: nothing, ``b *= 0.5``
     (the kept weights change), ``acc *= 0.5`` (the kept accumulator changes) or a snapshot copy
     of ``acc`` (the kept accumulator must be in tile memory when the copy reads it)."""
     g = Graph(T16)
@@ -34,7 +34,7 @@ def product_loop(touch: str):
     g.map_tensor_linearly(acc)
     snapshot = g.clone(acc, "snapshot")
     body = Sequence()
-    mat_mul_acc(g, acc, 1.0, a, b, body)
+    mat_mul_acc(g, acc, k, a, b, body)
     if touch == "weights":
         map_in_place(g, _1 * Const(0.5), [b], body)
     elif touch == "accumulator":
@@ -45,13 +45,14 @@ def product_loop(touch: str):
         g.create_host_write(name, tensor)
     g.create_host_read("acc", acc)
     g.create_host_read("snapshot", snapshot)
-    return g, Sequence(Copy(acc, snapshot), Repeat(3, body))
+    return g, Sequence(Copy(acc, snapshot), Repeat(steps, body))
 
 
-def expected_accumulation(touch: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def expected_accumulation(touch: str, a: np.ndarray, b: np.ndarray, steps: int = 3,
+                          k: float = 1.0) -> np.ndarray:
     total = np.zeros((8, 10))
-    for _ in range(3):
-        total = total + a @ b
+    for _ in range(steps):
+        total = total + k * (a @ b)
         if touch == "weights":
             b = 0.5 * b
         elif touch == "accumulator":
@@ -59,9 +60,12 @@ def expected_accumulation(touch: str, a: np.ndarray, b: np.ndarray) -> np.ndarra
     return total
 
 
-@pytest.mark.parametrize("touch", ["nothing", "weights", "accumulator", "snapshot"])
-def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, rng):
-    g, program = product_loop(touch)
+@pytest.mark.parametrize("touch, steps, k", [
+    ("nothing", 3, 1.0), ("weights", 3, 1.0), ("accumulator", 3, 1.0), ("snapshot", 3, 1.0),
+    # more steps than the deferred products stack holds (1024 // 12 + 1), scaled
+    ("nothing", 200, -0.25), ("weights", 200, 1.0), ("snapshot", 200, 0.5)])
+def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, steps, k, rng):
+    g, program = product_loop(touch, steps, k)
     a, acc = rng.uniform(-1, 1, (8, 12)), np.zeros((8, 10))
     weights = [rng.uniform(-1, 1, (12, 10)) for _ in range(2)]
     results = []
@@ -71,7 +75,7 @@ def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, r
             for name, value in (("a", a), ("b", b), ("acc", acc)):
                 engine.write_tensor(name, value)
             engine.run(0)
-            expected = expected_accumulation(touch, a, b)
+            expected = expected_accumulation(touch, a, b, steps, k)
             np.testing.assert_allclose(engine.read_tensor("acc"), expected, rtol=1e-5,
                                        atol=1e-5)
             if touch == "snapshot":
@@ -79,8 +83,9 @@ def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, r
                                               engine.read_tensor("acc"))
             runs.append(engine.read_tensor("acc"))
         results.append(runs)
+    # float32 sums of ``steps`` products, taken in different orders, drift apart with ``steps``
     for numpy_run, numba_run in zip(*results):
-        np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6 * steps, atol=1e-6 * steps)
 
 
 def test_grouped_windows_with_scattered_rows_match_the_definition(rng):

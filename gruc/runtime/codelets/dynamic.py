@@ -117,9 +117,14 @@ def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_
             stride = 1
             rest = q
             for k in range(last - 1, first - 1, -1):
-                step = rest % window_sizes[k]
-                rest //= window_sizes[k]
-                row += (np.int64(offset_data[offset_index[k]]) + step) % dim_sizes[k] * stride
+                # integer division is slow: windows are mostly one row deep, rarely wrap around
+                position = np.int64(offset_data[offset_index[k]])
+                if window_sizes[k] != 1:
+                    position += rest % window_sizes[k]
+                    rest //= window_sizes[k]
+                    if position >= dim_sizes[k]:
+                        position %= dim_sizes[k]
+                row += position * stride
                 stride *= dim_sizes[k]
             for p in range(count):
                 width = widths[first_width + p]

@@ -447,12 +447,69 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
 # A weight-gradient accumulator (``MatMulReduceAcc``) is read, added to and written back on every
 # step of the loop that owns it: a scattered read-modify-write of the whole weight shape in tile
 # memory, per step.  When only Execute and Copy steps touch it besides, the kernel keeps its value
-# on the host instead — loaded when tile memory may have changed (:class:`Unchanged`), added to
-# in float32 exactly as the definition does — and writes it back before any other step touches
-# its variables and when the program ends.  Writing back while the variable is dead can only
-# land on bytes no live variable holds: the planner never shares a live variable's bytes.
-def _kept_accumulation(consumer: LoweredVertex, step: int, product: np.ndarray,
-                       executable: Executable, hooks: RunHooks) -> Prepared | None:
+# on the host instead — loaded when tile memory may have changed (:class:`Unchanged`), added to in
+# float32 — and writes it back before any other step touches its variables and when the program
+# ends.  Writing back while the variable is dead can only land on bytes no live variable holds:
+# the planner never shares a live variable's bytes.
+#
+# Nothing reads a kept accumulator between write-backs, so its products need not be taken one step
+# at a time either.  A weight gradient's product is a thin one — the batch (32, 64) is its k — on
+# which BLAS runs at half its rate.  The operands are gathered at their step (the values the
+# definition multiplies) and stacked; the products of up to :data:`DEFERRED_DEPTH` k-elements
+# worth of steps are then taken as one product over the joined k, before a write-back or when the
+# stack is full: the same sum of products in another order, at full BLAS speed.
+DEFERRED_DEPTH = 1024
+"""The k extent (steps x the product's k) at which stacked products are multiplied out."""
+DEFERRED_BYTES = 64 << 20
+"""At most this many bytes of stacked operands per kept accumulator."""
+
+
+class _DeferredProducts:
+    """The ``a`` and ``b`` of one partials vertex over successive steps, multiplied out together."""
+
+    def __init__(self, vertex: LoweredVertex) -> None:
+        G, M, K, N = self.shape = blocking_of(vertex.vertex).shape
+        step_bytes = G * (M * K + K * N) * F32().itemsize
+        depth = max(1, min(-(-DEFERRED_DEPTH // K), DEFERRED_BYTES // step_bytes))
+        self.a, self.b = np.empty((depth, G, M, K), F32), np.empty((depth, G, K, N), F32)
+        self.joined_a = np.empty((G, M, depth, K), F32)
+        self.joined_b = np.empty((G, depth, K, N), F32) if G > 1 else None
+        self.product = np.empty((G, M, N), F32)
+        self.a_in, self.b_in = Transfer(vertex.fields["a"]), Transfer(vertex.fields["b"])
+        self.count = 0
+
+    def gather(self, memory: DeviceMemory) -> None:
+        """The partials step: this step's operands, as they are now."""
+        self.a_in.read(memory, self.a[self.count])
+        self.b_in.read(memory, self.b[self.count])
+
+    def commit(self, factor: np.float32) -> bool:
+        """The reduction step: this step's product counts ``factor`` times; True when full."""
+        if factor != 1:
+            np.multiply(self.b[self.count], factor, out=self.b[self.count])
+        self.count += 1
+        return self.count == len(self.a)
+
+    def add_to(self, kept: np.ndarray) -> None:
+        """``kept`` += every stacked product; the stack is emptied."""
+        n = self.count
+        if n == 0:
+            return
+        G, M, K, N = self.shape
+        self.joined_a[:, :, :n] = self.a[:n].transpose(1, 2, 0, 3)
+        if self.joined_b is None:
+            b = self.b[:n].reshape(1, n * K, N)
+        else:
+            self.joined_b[:, :n] = self.b[:n].transpose(1, 0, 2, 3)
+            b = self.joined_b.reshape(G, -1, N)[:, :n * K]
+        np.matmul(self.joined_a.reshape(G, M, -1)[:, :, :n * K], b, out=self.product)
+        np.add(kept, self.product, out=kept)
+        self.count = 0
+
+
+def _kept_accumulation(producer: LoweredVertex, consumer: LoweredVertex, step: int,
+                       executable: Executable, hooks: RunHooks) -> tuple[Prepared, Prepared] | None:
+    """The (partials, reduction) callables of a kept accumulation, or None if it cannot be kept."""
     out, _, scale, k = _reduce_parts(consumer)
     if out.dtype is not FLOAT:
         return None
@@ -464,29 +521,27 @@ def _kept_accumulation(consumer: LoweredVertex, step: int, product: np.ndarray,
         return None
     o_io = Transfer(out)
     unchanged = Unchanged(out, executable, hooks.step_counts, step, own_writes=True)
-    kept, scaled = np.empty_like(product), np.empty_like(product)
+    deferred = _DeferredProducts(producer)
+    kept = np.empty_like(deferred.product)
     dirty = [False]
 
     def write_back(memory: DeviceMemory) -> None:
         if dirty[0]:
+            deferred.add_to(kept)
             o_io.write(memory, kept)
             dirty[0] = False
 
     def run(memory: DeviceMemory) -> None:
-        if not unchanged(memory):
+        if not unchanged(memory):  # nothing is stacked: a write-back preceded the change
             o_io.read(memory, kept)
-        factor = _factor(memory, scale, k)
-        if factor == 1:  # a product times 1 is itself: one pass fewer, the same bits
-            np.add(kept, product, out=kept)
-        else:
-            np.multiply(product, factor, out=scaled)
-            np.add(kept, scaled, out=kept)
+        if deferred.commit(_factor(memory, scale, k)):
+            deferred.add_to(kept)
         dirty[0] = True
 
     for other in touching:
         hooks.before_step.setdefault(other, []).append(write_back)
     hooks.after_run.append(write_back)
-    return run
+    return deferred.gather, run
 
 
 @numba_executable_hook
@@ -502,19 +557,20 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
         for vertex in leaf.vertices:
             if vertex.kind != "MatMulPartials":
                 continue
-            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
             consumer = fused.get(id(vertex))
+            if consumer is not None and consumer.kind == "MatMulReduceAcc":
+                kept = _kept_accumulation(vertex, consumer, steps[id(consumer)], executable, hooks)
+                if kept is not None:
+                    prepared[id(vertex)], prepared[id(consumer)] = kept
+                    continue
+            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
             if consumer is None:
                 prepared[id(vertex)] = _partials(vertex, operands)
                 continue
             G, M, _, N = blocking_of(vertex.vertex).shape
             product = np.empty((G, M, N), F32)
             prepared[id(vertex)] = _fused_product(operands, product)
-            kept = None
-            if consumer.kind == "MatMulReduceAcc":
-                kept = _kept_accumulation(consumer, steps[id(consumer)], product, executable,
-                                          hooks)
-            prepared[id(consumer)] = kept or _fused_reduce(consumer, product)
+            prepared[id(consumer)] = _fused_reduce(consumer, product)
     return prepared
 
 
