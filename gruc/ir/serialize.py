@@ -19,7 +19,7 @@ from gruc.errors import GrucError, GrucParseError, GrucTypeError
 from gruc.ir import expr as ex
 from gruc.ir.layout import VIEW_OPS
 from gruc.ir.module import Module
-from gruc.ir.parser import DTYPES, ModuleBuilder
+from gruc.ir.builder import DTYPES, ModuleBuilder
 from gruc.ir.printer import (Naming, constant_runs, format_param, ordered_fields, ordered_params,
                              variable_groups, view_args)
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,

@@ -19,13 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gruc.ir.parser as parser_module
+import gruc.ir.builder as builder_module
 from gruc import (BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Call, Copy, Execute, Graph, If, Module,
                   PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, TileMapping,
                   WriteUndef, concat)
 from gruc.errors import GrucParseError, GrucTypeError
 from gruc.ir import expr as ex
-from gruc.ir.parser import groups_to_runs, parse_module
+from gruc.ir.builder import groups_to_runs
+from gruc.ir.parser import parse_module
 from gruc.ir.printer import mapping_groups, print_module, print_module_with_lines
 from gruc.ir.serialize import module_from_json, module_to_json
 
@@ -249,7 +250,7 @@ def test_mapping_of_a_linear_ipu2_tensor_is_one_short_line_and_scales():
 
 
 def test_parser_maps_large_variables_in_chunks(monkeypatch):
-    monkeypatch.setattr(parser_module, "MAP_CHUNK", 7)
+    monkeypatch.setattr(builder_module, "MAP_CHUNK", 7)
     g = Graph(Target.custom(tiles_per_ipu=16))
     x = g.add_variable(INT, [10, 10], "x")
     tiles = (np.arange(100) * 7 // 13) % 16
