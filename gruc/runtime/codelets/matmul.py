@@ -20,6 +20,9 @@ reduction in the very next step, the two are fused (:func:`_prepare_partials`): 
 over all of k, the output written directly, the partials never scattered nor gathered.  An operand
 that provably did not change since the step last gathered it (the weights, in an RNN loop) is not
 gathered again.
+A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
+and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
+rate (see ``_kept_accumulation``).
 
 Estimates: a tile's partial product costs the vertex overhead plus its multiply-accumulates at the
 target's vector width (:func:`~gruc.ir.codelets.matmul.mac_cycles`); a reduction costs, per vector
