@@ -16,7 +16,7 @@ from typing import Iterable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.mapping import distinct
+from gruc.ir.layout import Strided, strided_view
 from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue,
                              WriteUndef)
 from gruc.ir.tensor import Tensor
@@ -43,13 +43,16 @@ NO_EFFECT = Effect(frozenset(), frozenset(), frozenset(), frozenset())
 
 class _Elements:
     """The elements ``tensors`` name, per variable index: as ranges of ids where a tensor is one
-    run of a single variable, as id arrays otherwise.  Steps name thousands of small views (a
-    per-tile vertex's fields), nearly all such runs; finding their variable from the view's
-    sources and their ids from its start avoids materialising and searching every element id."""
+    run of a single variable, as strided views of one variable, and as id arrays otherwise.  Steps
+    name thousands of small views (a per-tile vertex's fields), nearly all runs or strided slices;
+    finding their variable from the view's sources and marking their elements through a strided
+    view (:func:`~gruc.ir.layout.strided_view`) avoids materialising and searching every element
+    id — the views over a long sequence tensor name tens of millions."""
 
     def __init__(self, graph: Graph, tensors: Iterable[Tensor]) -> None:
         self.graph = graph
         self.ranges: dict[int, list[tuple[int, int]]] = {}
+        self.strided: dict[int, list[Tensor]] = {}
         self.ids: dict[int, list[np.ndarray]] = {}
         mixed = []
         for tensor in tensors:
@@ -62,10 +65,12 @@ class _Elements:
                 continue
             index = variables[0].index
             start = tensor.contiguous_start()
-            if start is None:
-                self.ids.setdefault(index, []).append(tensor.flat_ids())
-            else:
+            if start is not None:
                 self.ranges.setdefault(index, []).append((start, start + n))
+            elif isinstance(tensor.layout(), Strided):
+                self.strided.setdefault(index, []).append(tensor)
+            else:
+                self.ids.setdefault(index, []).append(tensor.flat_ids())
         if mixed:
             ids = np.concatenate(mixed)
             owners = graph.variable_of_id(ids)
@@ -76,7 +81,7 @@ class _Elements:
                 self.ids.setdefault(v, []).append(part)
 
     def variables(self) -> frozenset[int]:
-        return frozenset(self.ranges) | frozenset(self.ids)
+        return frozenset(self.ranges) | frozenset(self.strided) | frozenset(self.ids)
 
     def fully_covered(self) -> frozenset[int]:
         """Variables every element of which is named."""
@@ -84,16 +89,23 @@ class _Elements:
 
     def _covers(self, v: int) -> bool:
         variable = self.graph.variables[v]
+        first, count = variable.first_id, variable.num_elements
         ranges = sorted(self.ranges.get(v, ()))
-        if v not in self.ids:  # merge the runs: do they leave no gap?
-            reached = variable.first_id
+        if v not in self.ids and v not in self.strided:  # merge the runs: do they leave no gap?
+            reached = first
             for begin, end in ranges:
                 if begin > reached:
                     return False
                 reached = max(reached, end)
-            return reached >= variable.first_id + variable.num_elements
-        parts = self.ids[v] + [np.arange(b, e, dtype=np.int64) for b, e in ranges]
-        return len(distinct(np.concatenate(parts))) == variable.num_elements
+            return reached >= first + count
+        named = np.zeros(count, dtype=bool)
+        for begin, end in ranges:
+            named[begin - first:end - first] = True
+        for tensor in self.strided.get(v, ()):
+            strided_view(named, first, tensor.layout(), tensor.shape)[...] = True
+        for ids in self.ids.get(v, ()):
+            named[ids - first] = True
+        return bool(named.all())
 
 
 def vertex_tensors(vertices: Iterable[Vertex]) -> tuple[list[Tensor], list[Tensor]]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
                          GrucValueError, expect)
+from gruc.ir.layout import Strided, strided_view
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int
@@ -149,8 +150,8 @@ class Graph:
             raise GrucTypeError(f"tensor name must be a string, got {name!r}")
         count = math.prod(shape)
         needed = self._num_ids + count
-        if needed > len(self._tile_of_id):
-            grown = np.full(max(needed, 2 * len(self._tile_of_id)), UNMAPPED, dtype=np.int32)
+        if needed > len(self._tile_of_id):  # ids past ``needed`` are never read: left untouched,
+            grown = np.empty(max(needed, 2 * len(self._tile_of_id)), dtype=np.int32)  # no pages
             grown[:self._num_ids] = self._tile_of_id[:self._num_ids]
             self._tile_of_id = grown
         self._tile_of_id[self._num_ids:needed] = UNMAPPED
@@ -209,7 +210,10 @@ class Graph:
         """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""
         start = self._own(tensor).contiguous_start()
         if start is None:
-            return self._tile_of_id[tensor.flat_ids()]
+            layout = tensor.layout()
+            if isinstance(layout, Strided):
+                return strided_view(self._tile_of_id, 0, layout, tensor.shape).reshape(-1)
+            return self._tile_of_id[layout.reshape(-1)]
         tiles = self._tile_of_id[start:start + tensor.num_elements]
         tiles.flags.writeable = False
         return tiles

@@ -27,6 +27,7 @@ from typing import ClassVar, Union
 import numpy as np
 
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
+from gruc.ir.mapping import distinct
 
 Shape = tuple[int, ...]
 
@@ -72,6 +73,36 @@ def materialise(layout: Layout, shape: Shape) -> np.ndarray:
     for size, stride in zip(shape, layout.strides):
         ids = ids[..., None] + np.arange(size, dtype=np.int64) * stride
     return ids.reshape(shape)
+
+
+def strided_view(array: np.ndarray, first_id: int, layout: Strided, shape: Shape) -> np.ndarray:
+    """A numpy view of ``array`` (indexed by ``id - first_id``) at the ids of a strided layout:
+    reading it gathers and assigning to it scatters without materialising an id array (8 bytes
+    an element — for the views over long sequence tensors, hundreds of megabytes).  Every id of
+    the layout indexes ``array`` (the caller's contract), so the view, negative strides
+    included, stays inside its buffer; ``shape`` with a zero yields an empty view."""
+    if math.prod(shape) == 0:
+        return array[:0].reshape(shape)
+    return np.lib.stride_tricks.as_strided(
+        array[layout.offset - first_id:], shape=shape,
+        strides=tuple(stride * array.itemsize for stride in layout.strides))
+
+
+def strided_distinct(layout: Strided, shape: Shape) -> bool:
+    """Whether a strided layout names distinct ids, decided without listing them when it can:
+    true if, with its dims ordered by ``|stride|``, each stride exceeds the farthest reach of
+    the smaller dims (a mixed-radix numbering: what slices, transposes and reversals of a
+    variable always are); otherwise by counting the distinct ids (a broadcast repeats)."""
+    reach = 0
+    for size, stride in sorted(((n, abs(s)) for n, s in zip(shape, layout.strides) if n > 1),
+                               key=lambda dim: dim[1]):
+        if stride <= reach:
+            break
+        reach += stride * (size - 1)
+    else:
+        return True
+    ids = materialise(layout, shape).reshape(-1)
+    return len(distinct(ids)) == len(ids)
 
 
 def _reshape_strided(layout: Strided, old: Shape, new: Shape) -> Strided | None:

@@ -29,6 +29,7 @@ from gruc.errors import GrucError, GrucProgramError, GrucVerifyError
 from gruc.ir.effects import EffectTable
 from gruc.ir.mapping import distinct
 from gruc.ir.graph import Graph, Vertex
+from gruc.ir.layout import Strided, strided_distinct
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor
@@ -95,8 +96,12 @@ class _Verifier:
     def no_repeats(self, culprit: object, tensor: Tensor, role: str) -> None:
         if tensor.contiguous_start() is not None:
             return  # one run of consecutive ids
-        ids = tensor.flat_ids()
-        if len(distinct(ids)) != len(ids):
+        layout = tensor.layout()
+        if isinstance(layout, Strided):
+            repeats = not strided_distinct(layout, tensor.shape)
+        else:
+            repeats = len(distinct(layout.reshape(-1))) != layout.size
+        if repeats:
             self.fail(culprit, f"{role} writes some elements more than once (it is a broadcast "
                                "or overlapping view)")
 

@@ -41,12 +41,14 @@ from numba import njit
 from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
 from gruc.ir.mapping import UNMAPPED, runs_of
 from gruc.ir.module import Module
+from gruc.ir.layout import Strided
 from gruc.ir.tensor import Tensor
 from gruc.passes.liveness import Liveness, analyse_liveness
 
 __all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
 
 LARGEST_SHOWN = 5
+_NO_IDS = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,10 @@ class MemoryPlan:
     """Distinct tile signatures actually planned (the rest reused a plan)."""
     _graph: object = field(repr=False)
     _runs: tuple[np.ndarray, ...] = field(repr=False)
-    _cache: dict = field(default_factory=dict, repr=False)
+    """Runs of consecutive elements of a variable on one tile, sorted by global id (variables own
+    increasing id ranges): first id, length, tile, byte offset on the tile, element size.  Every
+    address query walks these (:meth:`element_addresses`): a per-element table of the whole module
+    would hold hundreds of millions of addresses for a long sequence."""
 
     # ---- queries --------------------------------------------------------------------------------
     @property
@@ -138,30 +143,44 @@ class MemoryPlan:
                 zip(self.block_variable[keep].tolist(), self.block_offset[keep].tolist(),
                     self.block_nbytes[keep].tolist())]
 
-    def addresses(self) -> np.ndarray:
-        """Byte address of every global element id (``-1`` for unallocated), built once."""
-        if "addresses" not in self._cache:
-            graph = self._graph
-            last = graph.variables[-1] if graph.variables else None
-            num_ids = last.first_id + last.num_elements if last is not None else 0
-            runs = [np.asarray(a, dtype=np.int64) for a in self._runs]
-            order = np.argsort(runs[0], kind="stable")
-            result = np.empty(num_ids, dtype=np.int64)
-            _fill_run_addresses(result, *(np.ascontiguousarray(a[order]) for a in runs))
-            result.flags.writeable = False
-            self._cache["addresses"] = result
-        return self._cache["addresses"]
+    def id_addresses(self, ids: np.ndarray, tile_stride: int | None = None) -> np.ndarray:
+        """Byte address of each global element id in ``ids`` (int64); see :meth:`element_addresses`."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        return self._resolve(ids, 0, _NO_IDS, _NO_IDS, len(ids), tile_stride, 1)
 
-    def element_addresses(self, tensor: Tensor) -> np.ndarray:
-        """Byte address (``tile * bytes_per_tile + offset``) of each element of ``tensor``'s
-        flattened view, as int64."""
-        ids = tensor.flat_ids()
-        result = self.addresses()[ids]
-        if len(result) and result.min() < 0:
-            bad = int(ids[np.argmin(result)])
-            var = self._graph.variables[int(self._graph.variable_of_id(np.array([bad]))[0])]
-            raise GrucValueError(f"variable {var.name!r} has no memory in this plan (it is not "
-                                 "used by the module and not fully mapped)")
+    def element_addresses(self, tensor: Tensor, tile_stride: int | None = None) -> np.ndarray:
+        """Byte address of each element of ``tensor``'s flattened view, as int64:
+        ``tile * tile_stride + offset + rank * dtype.size`` (``tile_stride`` defaults to the
+        target's ``bytes_per_tile``; lowering passes its packed stride)."""
+        return self._tensor(tensor, tile_stride, 1)
+
+    def element_indices(self, tensor: Tensor, tile_stride: int) -> np.ndarray:
+        """:meth:`element_addresses` divided by the element size: the typed index of each element
+        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs)."""
+        return self._tensor(tensor, tile_stride, tensor.dtype.size)
+
+    def _tensor(self, tensor: Tensor, tile_stride: int | None, unit: int) -> np.ndarray:
+        layout = tensor.layout()
+        if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
+            return self._resolve(_NO_IDS, layout.offset, np.array(tensor.shape, dtype=np.int64),
+                                 np.array(layout.strides, dtype=np.int64), tensor.num_elements,
+                                 tile_stride, unit)
+        ids = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1)
+        return self._resolve(ids, 0, _NO_IDS, _NO_IDS, len(ids), tile_stride, unit)
+
+    def _resolve(self, ids: np.ndarray, offset: int, shape: np.ndarray, strides: np.ndarray,
+                 count: int, tile_stride: int | None, unit: int) -> np.ndarray:
+        """Addresses (divided by ``unit``) of ``count`` elements named by ``ids`` or, if that is
+        empty, by the strided view ``(offset, shape, strides)``: one compiled pass over the runs."""
+        stride = self.capacity if tile_stride is None else int(tile_stride)
+        result = np.empty(count, dtype=np.int64)
+        bad = _fill_addresses(ids, offset, shape, strides, *self._runs, stride, unit, result)
+        if bad >= 0:
+            bad_id = int(ids[bad]) if len(ids) else \
+                offset + int(np.dot(np.unravel_index(bad, tuple(shape)), strides))
+            variable = self._graph.variables[int(self._graph.variable_of_id(np.array([bad_id]))[0])]
+            raise GrucValueError(f"variable {variable.name!r} has no memory in this plan (it is "
+                                 "not used by the module and not fully mapped)")
         return result
 
     def summary(self) -> str:
@@ -183,20 +202,58 @@ class MemoryPlan:
 
 # ---- planning -------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _fill_run_addresses(result, first_id, length, base, elem_size):  # pragma: no cover (compiled)
-    """``result[first_id[r] + j] = base[r] + j * elem_size[r]`` for every run ``r`` (sorted by
-    ``first_id``) and ``-1`` between runs: one pass over the ids (a graph at ipu2 scale has
-    hundreds of thousands of runs and tens of millions of elements, where a numpy formulation
-    takes several passes and seconds)."""
-    done = 0
-    for r in range(first_id.shape[0]):
-        for i in range(done, first_id[r]):
-            result[i] = -1
-        for j in range(length[r]):
-            result[first_id[r] + j] = base[r] + j * elem_size[r]
-        done = first_id[r] + length[r]
-    for i in range(done, result.shape[0]):
-        result[i] = -1
+def _find_run(i, run, jump, first_id, length):  # pragma: no cover (compiled)
+    """The run holding global id ``i``, or -1.  Views walk their variables in a few regular
+    strides, so before a binary search it tries the current run, the next one and the run as far
+    from the current one as the last jump went (a strided view's next row on the same tile)."""
+    for guess in (run, run + 1, run + jump):
+        if 0 <= guess < first_id.shape[0] and first_id[guess] <= i < first_id[guess] + length[guess]:
+            return guess
+    guess = np.searchsorted(first_id, i, side="right") - 1
+    if guess < 0 or i >= first_id[guess] + length[guess]:
+        return -1
+    return guess
+
+
+@njit(cache=True, nogil=True)
+def _fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, elem_size,
+                    stride, unit, result):  # pragma: no cover (compiled)
+    """``result[k]`` = byte address // ``unit`` of the ``k``-th id: ``ids[k]`` if ``ids`` is not
+    empty, else the ``k``-th id of the strided view ``offset + sum(index_d * strides[d])`` in
+    row-major order (walked with an odometer, so no id array is materialised).  Returns the
+    position of the first id in no run (an unallocated variable), or -1.  Addresses of a run are
+    ``start + j * step`` with ``start`` divided once per run: every ``unit`` used divides the
+    element size and the tile stride, and blocks are aligned to it."""
+    rank = shape.shape[0]
+    counter = np.zeros(rank, dtype=np.int64)
+    walk = ids.shape[0] == 0
+    i = offset
+    run = jump = -1
+    start = step = 0
+    for k in range(result.shape[0]):
+        if not walk:
+            i = ids[k]
+        if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
+            found = _find_run(i, run, jump, first_id, length)
+            if found < 0:
+                return k
+            if run >= 0 and found != run + 1:
+                jump = found - run
+            run = found
+            start = (tile[run] * stride + within[run]) // unit - first_id[run] * (elem_size[run] // unit)
+            step = elem_size[run] // unit
+        result[k] = start + i * step
+        if walk:
+            d = rank - 1
+            while d >= 0:
+                counter[d] += 1
+                i += strides[d]
+                if counter[d] < shape[d]:
+                    break
+                i -= strides[d] * shape[d]
+                counter[d] = 0
+                d -= 1
+    return -1
 
 
 def _align(nbytes: np.ndarray | int, alignment: int):
@@ -340,11 +397,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         overflows.append(TileOverflow(tile, int(total_bytes[tile]), capacity, largest))
 
     first_ids = np.array([v.first_id for v in graph.variables], dtype=np.int64)
-    run_elem_size = elem_size[run_var] if len(run_var) else run_var
-    run_base = (run_tile * capacity + block_offset[run_block] + run_rank * run_elem_size
-                if len(run_var) else run_var)
-    runs = (first_ids[run_var] + run_begin if len(run_var) else run_var, run_length, run_base,
-            run_elem_size)
+    runs = (first_ids[run_var] + run_begin, run_length, run_tile.astype(np.int64),
+            block_offset[run_block] + run_rank * elem_size[run_var], elem_size[run_var])
     arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
               always_live_bytes, nal_bytes, total_bytes, *runs]
     for array in arrays:

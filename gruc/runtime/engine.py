@@ -116,7 +116,7 @@ class Engine:
         self.module = module
         self.plan = plan
         self.executable = lower(module, plan)
-        verify_memory(module, plan, self.executable)
+        verify_memory(module, plan, self.executable, lazy=True)  # before any index is read
         self.costs = compiled.costs
         self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
         for operand, values in self.executable.constants:

@@ -1,22 +1,27 @@
 """Lowering: turn a planned module into an executable tree over real tile-memory addresses.
 
-Every tensor a step touches is resolved, once, to the typed element index of each of its elements
-in the simulated memory (``address // dtype.size``; see :class:`DeviceMemory`).  Engines then run
+Every tensor a step touches is resolved, once and when first needed (:class:`Operand`), to the
+typed element index of each of its elements in the simulated memory (``address // dtype.size``;
+see :class:`DeviceMemory`).  Engines then run
 on those indices only: nothing at run time looks at views, mappings or names.  Because the
 addresses come from the memory plan, tensors the planner let share bytes really share them, and a
 wrong plan corrupts results — which is what makes every numerical test a test of the planner.
 
 The executable mirrors the program tree (blocks, loops, branches, calls) with leaves numbered
 exactly as the liveness analysis numbers steps, so the cost model and the report speak of the same
-steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the target's
-``bytes_per_tile`` normally, more when a tile is over capacity, so an out-of-memory program still
-runs (as on Poplar's IPUModel) while the report says it would not fit.
+steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the most any tile
+of the plan uses, rounded up to a cache line — not the target's ``bytes_per_tile``.  Planned
+addresses keep their meaning (``tile * bytes_per_tile + offset``, as the report shows them); only
+the host image is packed, so a program that uses 20 KB of each 624 KB tile touches 30 MB of host
+memory, not 900 MB, and its tensors spread over all tiles stay in cache.  A program over capacity
+still runs (as on Poplar's IPUModel) while the report says it would not fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from functools import partial
+from typing import Any, Callable, Union
 
 import numpy as np
 
@@ -30,17 +35,61 @@ from gruc.passes.liveness import Liveness
 from gruc.passes.plan_memory import MemoryPlan
 from gruc.types import ALL_TYPES, DType
 
+TILE_STRIDE_ALIGNMENT = 64
+"""Simulated tiles start on cache-line boundaries (and so on every type's alignment)."""
 
-@dataclass(frozen=True, eq=False)
+
 class Operand:
-    """A tensor resolved to typed element indices into device memory (flattened order)."""
+    """A tensor resolved to typed element indices into device memory (flattened order).
 
-    dtype: DType
-    index: np.ndarray
-    shape: tuple[int, ...]
-    tensor: Tensor | None = None
-    """The tensor it was resolved from: lets fast paths reason about variables, not addresses
-    (the memory plan lets tensors with disjoint lifetimes share addresses)."""
+    Lowering makes operands *lazy*: ``index`` is computed from the memory plan the first time
+    something reads it, then kept.  An engine reads the indices of what it runs and no more, so
+    an operand no engine reads costs nothing: a long sequence's host streams until the host uses
+    them, the exchange buffers of matmuls the numba backend moves itself.  Whoever must see an
+    index before an engine does (:func:`gruc.runtime.verify_memory.verify_memory`) asks to be
+    called with it through :meth:`on_resolve`.
+    """
+
+    __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_checks")
+
+    def __init__(self, dtype: DType, index: np.ndarray | None, shape: tuple[int, ...],
+                 tensor: Tensor | None = None, resolve: Callable[[], np.ndarray] | None = None
+                 ) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.tensor = tensor
+        """The tensor it was resolved from: lets fast paths reason about variables, not addresses
+        (the memory plan lets tensors with disjoint lifetimes share addresses)."""
+        self._index = index
+        self._resolve = resolve
+        self._checks: list[Callable[["Operand"], None]] = []
+
+    @property
+    def index(self) -> np.ndarray:
+        if self._index is None:
+            index = self._resolve()
+            index.flags.writeable = False
+            self._index = index
+            try:  # a failed check leaves the operand unresolved: no one reads an unchecked index
+                for check in self._checks:
+                    check(self)
+            except BaseException:
+                self._index = None
+                raise
+            self._resolve, self._checks = None, []
+        return self._index
+
+    @property
+    def resolved(self) -> bool:
+        """Whether ``index`` has been computed (reading it computes it)."""
+        return self._index is not None
+
+    def on_resolve(self, check: Callable[["Operand"], None]) -> None:
+        """Call ``check(self)`` with the index as soon as there is one (now, if there is)."""
+        if self.resolved:
+            check(self)
+        else:
+            self._checks.append(check)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,20 +197,14 @@ class _Lowering:
         self.plan = plan
         self.steps = liveness.steps
         self.next_step = 0
-        target = self.graph.target
-        self.tile_stride = max(target.bytes_per_tile, plan.max_total_bytes)
-        self.tile_stride += -self.tile_stride % 8
+        self.tile_stride = max(plan.max_total_bytes, 1)
+        self.tile_stride += -self.tile_stride % TILE_STRIDE_ALIGNMENT
         self.leaves: list = [None] * len(self.steps)
         self.function_index = {id(f): k for k, f in enumerate(self.graph.functions)}
 
     def operand(self, tensor: Tensor) -> Operand:
-        addresses = self.plan.element_addresses(tensor)
-        if self.tile_stride != self.plan.capacity:
-            tiles = self.graph.element_tiles(tensor).astype(np.int64)
-            addresses = addresses + tiles * (self.tile_stride - self.plan.capacity)
-        index = addresses // tensor.dtype.size
-        index.flags.writeable = False
-        return Operand(tensor.dtype, index, tensor.shape, tensor)
+        return Operand(tensor.dtype, None, tensor.shape, tensor,
+                       partial(self.plan.element_indices, tensor, self.tile_stride))
 
     def take_step(self, node: Program) -> int:
         step = self.next_step

@@ -7,9 +7,12 @@ kernels then index that buffer with no bounds checks (numpy's fancy indexing che
 a field wrongly, a hand-built or tampered executable — would silently read or overwrite another
 tensor's bytes or another tile's, and surface, if ever, as a wrong number far away.  On the IPU
 such an access cannot happen: a vertex sees only its own tile, and the compiler allocated every
-field.  This check gives the simulator the same guarantee for every static address, once, when an
-:class:`~gruc.runtime.engine.Engine` compiles; :mod:`gruc.runtime.checked` repeats it at run time
-for the addresses only known then.
+field.  This check gives the simulator the same guarantee for every static address an engine
+reads, once: when an :class:`~gruc.runtime.engine.Engine` compiles for the indices already
+computed, and for the others (lowering computes indices lazily, see
+:class:`~gruc.runtime.lower.Operand`) the moment they are computed, before anything can read them
+— an index no engine ever reads is never computed, so there is nothing to check.
+:mod:`gruc.runtime.checked` repeats the check at run time for the addresses only known then.
 
 Rules, for every *access* (a field of an executed vertex, a Copy's source and destination, an
 If / RepeatWhileTrue predicate, a PrintTensor, host streams and constants):
@@ -330,28 +333,58 @@ def _accesses(module: Module, plan: MemoryPlan, executable: Executable,
         yield None, "constants", Access(f"constant {variable.name!r}", operand, (variable.index,))
 
 
-def verify_memory(module: Module, plan: MemoryPlan, executable: Executable, *,
-                  require_local: bool = False) -> None:
-    """Raise :class:`GrucVerifyError` naming the step, vertex (or copy), field, tile and bad
-    address range if some access of ``executable`` (lowered from ``module`` with ``plan``) breaks
-    a rule of the module docstring; return None otherwise."""
+class _Deferred:
+    """The check of an access whose operands are not resolved yet: run when the first of them is,
+    so it precedes every read of their indices (:meth:`Operand.on_resolve`).  It reads the other
+    operand's index too (a split field's pair), which resolves it: an operand is never read
+    unchecked because its pair was never needed."""
+
+    def __init__(self, regions: Regions, module: Module, culprit: object, where: object,
+                 access: Access) -> None:
+        self.regions, self.module, self.culprit, self.where, self.access = \
+            regions, module, culprit, where, access
+
+    def __call__(self, _: Operand) -> None:
+        if self.regions.first_bad(self.access) >= 0:
+            _fail(self.regions, self.module, self.culprit, self.where, self.access)
+
+
+def _fail(regions: Regions, module: Module, culprit: object, where: object,
+          access: Access) -> None:
     from gruc.ir.verify import _context  # the verifier's IR excerpt, only built on failure
 
-    regions = Regions(plan, module.graph, executable.tile_stride)
-    collecting = gc.isenabled()
-    gc.disable()  # tens of thousands of small acyclic tuples: no cycles to find, but with a big
-    try:          # graph alive, every collection they trigger walks it (half this check's time)
-        for culprit, where, access in _accesses(module, plan, executable, require_local):
-            if regions.first_bad(access) >= 0:
-                break
-        else:
-            return
-    finally:
-        if collecting:
-            gc.enable()
     if isinstance(where, tuple):
         leaf, position = where
         where = f"step {leaf.step}, {describe_vertex(leaf.vertices[position], position, leaf.name)}"
     context = _context(module, culprit) if culprit is not None else ""
     problem = regions.explain(access)
     raise GrucVerifyError(f"memory check: {where}: {problem}" + (f"\n{context}" if context else ""))
+
+
+def verify_memory(module: Module, plan: MemoryPlan, executable: Executable, *,
+                  require_local: bool = False, lazy: bool = False) -> None:
+    """Raise :class:`GrucVerifyError` naming the step, vertex (or copy), field, tile and bad
+    address range if some access of ``executable`` (lowered from ``module`` with ``plan``) breaks
+    a rule of the module docstring; return None otherwise.
+
+    With ``lazy`` (what an :class:`~gruc.runtime.engine.Engine` asks for), an access whose
+    operands are not resolved yet is checked when their indices are first computed, before anyone
+    can read them, and the error is raised by whatever reads them — usually the engine's
+    preparation, for a host stream the first ``write_tensor``; an index nothing reads is never
+    computed, nor checked.  Without it, every index is computed and checked now."""
+    regions = Regions(plan, module.graph, executable.tile_stride)
+    collecting = gc.isenabled()
+    gc.disable()  # tens of thousands of small acyclic tuples: no cycles to find, but with a big
+    try:          # graph alive, every collection they trigger walks it (half this check's time)
+        for culprit, where, access in _accesses(module, plan, executable, require_local):
+            operands = [o for o in (access.operand, access.pair) if o is not None]
+            if not lazy or all(o.resolved for o in operands):
+                if regions.first_bad(access) >= 0:
+                    _fail(regions, module, culprit, where, access)
+                continue
+            check = _Deferred(regions, module, culprit, where, access)
+            for operand in operands:
+                operand.on_resolve(check)
+    finally:
+        if collecting:
+            gc.enable()

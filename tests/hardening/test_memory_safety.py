@@ -169,6 +169,37 @@ def test_a_tampered_plan_is_caught():
     assert "\n> " in message  # the IR line of the culprit vertex, marked
 
 
+def test_a_lazy_check_runs_when_the_index_is_first_computed():
+    """An engine's check of an operand not yet resolved waits for its index: reading it raises,
+    and leaves it unresolved, so no one ever holds the unchecked index."""
+    g, prog = small_program()
+    compiled = compile_program(g, prog)
+    executable = lower(compiled.module, compiled.plan)
+    x = next(v for v in g.variables if v.name == "x")
+    offsets = compiled.plan.block_offset.copy()
+    offsets[compiled.plan.block_variable == x.index] += 4096
+    tampered = dataclasses.replace(compiled.plan, block_offset=offsets)
+    verify_memory(compiled.module, tampered, executable, lazy=True)  # nothing resolved: no error
+    _, lowered = first_vertex(executable, "Map")
+    operand = lowered.fields["ins"][0]
+    assert not operand.resolved
+    for _ in range(2):
+        with pytest.raises(GrucVerifyError, match=r"field 'ins\[0\]' element 0 .* is outside the "
+                           r"memory allocated on tile 0 to the tensor it names \('x' holds"):
+            operand.index
+        assert not operand.resolved
+    assert lowered.fields["out"].index.size == 120  # the other fields are fine
+
+
+def test_an_engine_computes_host_stream_indices_when_the_host_uses_them():
+    g, prog = small_program()
+    engine = Engine(g, prog)
+    stream = engine.executable.host_writes["x"]
+    assert not stream.resolved
+    engine.write_tensor("x", np.ones((12, 10), np.float32))
+    assert stream.resolved
+
+
 def test_an_operand_off_the_device_is_caught_by_the_engine(monkeypatch):
     def off_device(module, plan):
         executable = lower(module, plan)
