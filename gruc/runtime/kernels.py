@@ -23,7 +23,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 from numba import njit
@@ -144,14 +144,14 @@ class Unchanged:
     operand with no write nor kill of it in between: the variable is live over that stretch, and
     the plan never lets a variable's bytes be shared while it is live (the invariant the planner
     tests and fuzzers hold it to).  A step that writes the operand itself never keeps it, unless
-    ``own_writes`` says the caller keeps what that step writes on the host too.
+    it is one of the steps ``kept_by`` names, whose writes the caller keeps on the host too.
     """
 
     def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int, *,
-                 own_writes: bool = False) -> None:
+                 kept_by: Collection[int] = ()) -> None:
         variables = frozenset(v.index for v in operand.tensor.variables())
         writers = [s for s, written in enumerate(executable.step_writes) if written & variables
-                   and not (own_writes and s == reading_step)]
+                   and s not in kept_by]
         self.enabled = reading_step not in writers
         self.writers = np.array(writers, dtype=np.int64)
         self.step_counts = step_counts

@@ -35,6 +35,7 @@ output tile.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 import numpy as np
 from numba import njit
@@ -398,12 +399,9 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
     for producer, consumer in candidates:
         if id(producer) in taken or id(consumer) in taken:
             continue
-        tensor = producer.vertex.fields["partials"]
-        variables = tensor.variables()
+        variables = producer.vertex.fields["partials"].variables()
         if any(v.is_constant for v in variables):
             continue
-        if any(users.get(id(v), set()) - {id(producer), id(consumer)} for v in variables):
-            continue  # another vertex uses the partials' variable
         mine = {id(v) for v in variables}
         if any(id(v) in mine for t in _field_tensors(producer, "partials") for v in t.variables()):
             continue
@@ -413,7 +411,17 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
             continue  # a copy, print, predicate or host read sees the partials
         taken.update((id(producer), id(consumer)))
         pairs.append((producer, consumer))
-    return pairs
+    # A partials variable may be shared by several pairs (each time shard's loop has its own pair
+    # over the same scratch), so long as every vertex that uses it is in a fused pair: each
+    # reduction reads exactly what its own partials step wrote, and nothing else reads it.
+    while True:
+        fused = {id(vertex) for pair in pairs for vertex in pair}
+        kept = [(producer, consumer) for producer, consumer in pairs
+                if not any(users.get(id(v), set()) - fused
+                           for v in producer.vertex.fields["partials"].variables())]
+        if len(kept) == len(pairs):
+            return pairs
+        pairs = kept
 
 
 def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
@@ -468,23 +476,23 @@ DEFERRED_BYTES = 64 << 20
 
 
 class _DeferredProducts:
-    """The ``a`` and ``b`` of one partials vertex over successive steps, multiplied out together."""
+    """The ``a`` and ``b`` of partials vertices of one shape over successive steps, multiplied out
+    together."""
 
-    def __init__(self, vertex: LoweredVertex) -> None:
-        G, M, K, N = self.shape = blocking_of(vertex.vertex).shape
+    def __init__(self, shape: tuple[int, int, int, int]) -> None:
+        G, M, K, N = self.shape = shape
         step_bytes = G * (M * K + K * N) * F32().itemsize
         depth = max(1, min(-(-DEFERRED_DEPTH // K), DEFERRED_BYTES // step_bytes))
         self.a, self.b = np.empty((depth, G, M, K), F32), np.empty((depth, G, K, N), F32)
         self.joined_a = np.empty((G, M, depth, K), F32)
         self.joined_b = np.empty((G, depth, K, N), F32) if G > 1 else None
         self.product = np.empty((G, M, N), F32)
-        self.a_in, self.b_in = Transfer(vertex.fields["a"]), Transfer(vertex.fields["b"])
         self.count = 0
 
-    def gather(self, memory: DeviceMemory) -> None:
-        """The partials step: this step's operands, as they are now."""
-        self.a_in.read(memory, self.a[self.count])
-        self.b_in.read(memory, self.b[self.count])
+    def gather(self, memory: DeviceMemory, a_in: Transfer, b_in: Transfer) -> None:
+        """A partials step: its operands, as they are now."""
+        a_in.read(memory, self.a[self.count])
+        b_in.read(memory, self.b[self.count])
 
     def commit(self, factor: np.float32) -> bool:
         """The reduction step: this step's product counts ``factor`` times; True when full."""
@@ -510,21 +518,47 @@ class _DeferredProducts:
         self.count = 0
 
 
-def _kept_accumulation(producer: LoweredVertex, consumer: LoweredVertex, step: int,
-                       executable: Executable, hooks: RunHooks) -> tuple[Prepared, Prepared] | None:
-    """The (partials, reduction) callables of a kept accumulation, or None if it cannot be kept."""
-    out, _, scale, k = _reduce_parts(consumer)
+_Pair = tuple[LoweredVertex, LoweredVertex, int]
+"""A fused (partials, accumulating reduction) pair and the reduction's step."""
+
+
+def _same_accumulator(pairs: list[_Pair]) -> list[list[_Pair]]:
+    """``pairs`` grouped by the bytes they accumulate into and their product's shape.
+
+    One weight gradient is accumulated by as many loops as the time sequence has shards; they
+    share one host copy and one stack, so the products are joined in the same groups, and the
+    result has the same bits, however the sequence is split."""
+    groups: list[list[_Pair]] = []
+    for pair in pairs:
+        out, shape = _reduce_parts(pair[1])[0], blocking_of(pair[0].vertex).shape
+        for group in groups:
+            first = _reduce_parts(group[0][1])[0]
+            if (blocking_of(group[0][0].vertex).shape == shape and first.shape == out.shape
+                    and np.array_equal(first.index, out.index)):
+                group.append(pair)
+                break
+        else:
+            groups.append([pair])
+    return groups
+
+
+def _kept_accumulation(members: list[_Pair], executable: Executable,
+                       hooks: RunHooks) -> dict[int, Prepared]:
+    """The partials and reduction callables of the ``members`` (accumulating into the same
+    bytes), kept on the host between write-backs; empty if they cannot be kept."""
+    out = _reduce_parts(members[0][1])[0]
     if out.dtype is not FLOAT:
-        return None
+        return {}
     variables = frozenset(v.index for v in out.tensor.variables())
+    steps = frozenset(step for _, _, step in members)
     touching = [s for s, (read, written) in enumerate(zip(executable.step_reads,
                                                           executable.step_writes))
-                if s != step and (read | written) & variables]
+                if s not in steps and (read | written) & variables]
     if any(not isinstance(executable.leaves[s], (ExecuteStep, CopyStep)) for s in touching):
-        return None
+        return {}
     o_io = Transfer(out)
-    unchanged = Unchanged(out, executable, hooks.step_counts, step, own_writes=True)
-    deferred = _DeferredProducts(producer)
+    unchanged = Unchanged(out, executable, hooks.step_counts, members[0][2], kept_by=steps)
+    deferred = _DeferredProducts(blocking_of(members[0][0].vertex).shape)
     kept = np.empty_like(deferred.product)
     dirty = [False]
 
@@ -534,38 +568,47 @@ def _kept_accumulation(producer: LoweredVertex, consumer: LoweredVertex, step: i
             o_io.write(memory, kept)
             dirty[0] = False
 
-    def run(memory: DeviceMemory) -> None:
-        if not unchanged(memory):  # nothing is stacked: a write-back preceded the change
-            o_io.read(memory, kept)
-        if deferred.commit(_factor(memory, scale, k)):
-            deferred.add_to(kept)
-        dirty[0] = True
+    def reduction(consumer: LoweredVertex) -> Prepared:
+        _, _, scale, k = _reduce_parts(consumer)
+
+        def run(memory: DeviceMemory) -> None:
+            if not unchanged(memory):  # nothing is stacked: a write-back preceded the change
+                o_io.read(memory, kept)
+            if deferred.commit(_factor(memory, scale, k)):
+                deferred.add_to(kept)
+            dirty[0] = True
+        return run
 
     for other in touching:
         hooks.before_step.setdefault(other, []).append(write_back)
     hooks.after_run.append(write_back)
-    return deferred.gather, run
+    prepared: dict[int, Prepared] = {}
+    for producer, consumer, _ in members:
+        prepared[id(producer)] = partial(deferred.gather, a_in=Transfer(producer.fields["a"]),
+                                         b_in=Transfer(producer.fields["b"]))
+        prepared[id(consumer)] = reduction(consumer)
+    return prepared
 
 
 @numba_executable_hook
 def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prepared]:
     """Every partials vertex, fused with its reduction where :func:`_fusible_pairs` allows."""
-    fused = {id(producer): consumer for producer, consumer in _fusible_pairs(executable)}
+    pairs = _fusible_pairs(executable)
+    fused = {id(producer): consumer for producer, consumer in pairs}
     steps = {id(v): leaf.step for leaf in executable.leaves if isinstance(leaf, ExecuteStep)
              for v in leaf.vertices}
+    accumulating = [(producer, consumer, steps[id(consumer)]) for producer, consumer in pairs
+                    if consumer.kind == "MatMulReduceAcc"]
     prepared: dict[int, Prepared] = {}
+    for members in _same_accumulator(accumulating):
+        prepared.update(_kept_accumulation(members, executable, hooks))
     for leaf in executable.leaves:
         if not isinstance(leaf, ExecuteStep):
             continue
         for vertex in leaf.vertices:
-            if vertex.kind != "MatMulPartials":
+            if vertex.kind != "MatMulPartials" or id(vertex) in prepared:
                 continue
             consumer = fused.get(id(vertex))
-            if consumer is not None and consumer.kind == "MatMulReduceAcc":
-                kept = _kept_accumulation(vertex, consumer, steps[id(consumer)], executable, hooks)
-                if kept is not None:
-                    prepared[id(vertex)], prepared[id(consumer)] = kept
-                    continue
             operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
             if consumer is None:
                 prepared[id(vertex)] = _partials(vertex, operands)
