@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target
+from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target, TileMapping
 from gruc.ir.expr import _1, Const
 from gruc.ops import map_in_place
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
+from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
 
 T16 = Target.custom(tiles_per_ipu=16)
 
@@ -117,6 +118,52 @@ def test_grouped_windows_with_scattered_rows_match_the_definition(rng):
                                                                       outputs[half:]):
         np.testing.assert_array_equal(numba_base, numpy_base)
         np.testing.assert_array_equal(numba_window, numpy_window)
+
+
+def test_one_offset_slices_of_time_major_sequences_move_row_by_row(rng, monkeypatch):
+    """An RNN step's slices: two sequence tensors, time-major on every tile, sliced then updated
+    by one counter — the grouped row kernel, in range, at both ends and out of range."""
+    from gruc.runtime.codelets import dynamic
+
+    calls = []
+    monkeypatch.setattr(dynamic, "_move_rows",
+                        lambda *args: calls.append(args[-1]) or MOVE_ROWS(*args))
+    g = Graph(T16)
+    sequences = [g.add_variable(FLOAT, (7, 3, 16), name) for name in ("gates", "state")]
+    for sequence in sequences:  # column c of every row on tile c: each tile holds whole rows
+        g.set_tile_mapping(sequence, TileMapping.from_element_tiles(
+            np.tile(np.arange(16), (7, 3, 1))))
+    counter = g.add_variable(INT, (1,), "counter")
+    g.set_tile_mapping(counter, 5)
+    program = Sequence()
+    windows = [dynamic_slice(g, s, counter, [0], [1], program, f"slice_{s.name}")
+               for s in sequences]
+    map_in_place(g, _1 * Const(-2.0), windows, program)
+    for sequence, window in zip(sequences, windows):
+        dynamic_update(g, sequence, window, counter, [0], [1], program, f"update_{sequence.name}")
+    for sequence, window in zip(sequences, windows):
+        g.create_host_write(sequence.name, sequence)
+        g.create_host_read(sequence.name, sequence)
+        g.create_host_read(f"{sequence.name}_window", window)
+        g.create_host_write(f"{sequence.name}_window", window)
+    g.create_host_write("counter", counter)
+    values = {s.name: rng.uniform(-1, 1, s.shape) for s in sequences}
+    for at in (0, 3, 6, 7, -1):
+        results = []
+        for engine in engines(g, program):
+            for name, value in values.items():
+                engine.write_tensor(name, value)
+                engine.write_tensor(f"{name}_window", np.full((1, 3, 16), 9.0))
+            engine.write_tensor("counter", np.array([at]))
+            engine.run(0)
+            results.append({name: engine.read_tensor(name) for name in engine.executable.host_reads})
+        for name, value in results[0].items():
+            np.testing.assert_array_equal(results[1][name], value, err_msg=f"{name} at {at}")
+        if 0 <= at < 7:
+            expected = values["gates"].astype(np.float32)
+            expected[at] *= -2
+            np.testing.assert_array_equal(results[1]["gates"], expected)
+    assert calls.count(False) == calls.count(True) == 10  # per run: a slice, an update a tensor
 
 
 def test_copies_as_runs_and_overlapping_copies(rng):
