@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target, TileMapping
-from gruc.ir.expr import _1, Const
-from gruc.ops import map_in_place
+from gruc.ir.expr import _1, _2, _3, Const, sigmoid, tanh
+from gruc.ops import map_in_place, map_with_output
+from gruc.runtime.codelets.elementwise import _staged as STAGED
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
 from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
@@ -164,6 +165,52 @@ def test_one_offset_slices_of_time_major_sequences_move_row_by_row(rng, monkeypa
             expected[at] *= -2
             np.testing.assert_array_equal(results[1]["gates"], expected)
     assert calls.count(False) == calls.count(True) == 10  # per run: a slice, an update a tensor
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_transcendentals_over_short_runs_are_staged_and_match_the_definition(in_place, rng,
+                                                                             monkeypatch):
+    """A sigmoid over a strided view (runs of a few elements on each tile), with a streaming
+    operand and a broadcast scalar: the staged kernel, against numpy's definition."""
+    from gruc.runtime.codelets import elementwise
+
+    staged = []
+    monkeypatch.setattr(elementwise, "_staged", lambda *args: staged.append(1) or STAGED(*args))
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (40, 30), "x")
+    g.map_tensor_linearly(x)
+    bias = g.add_variable(FLOAT, (1,), "bias")
+    g.set_tile_mapping(bias, 2)
+    out = g.add_variable(FLOAT, (40, 10), "out")
+    g.map_tensor_linearly(out)
+    result = g.add_variable(FLOAT, (40, 10), "result")
+    g.map_tensor_linearly(result)
+    program = Sequence()
+    view = x[:, 3:13]  # runs of at most 10 elements, 30 apart
+    expression = sigmoid(_1 * Const(2.0) + _2) - tanh(_3)
+    operands = [view, out, bias.broadcast_to((40, 10))]
+    if in_place:
+        map_in_place(g, expression, operands, program)
+    else:
+        map_with_output(g, expression, operands, result, program)
+    for name, tensor in (("x", x), ("out", out), ("bias", bias), ("result", result)):
+        g.create_host_write(name, tensor)
+        g.create_host_read(name, tensor)
+    values = {"x": rng.uniform(-4, 4, (40, 30)), "out": rng.uniform(-4, 4, (40, 10)),
+              "bias": np.array([0.75]), "result": np.zeros((40, 10))}
+    results = []
+    for engine in engines(g, program):
+        for name, value in values.items():
+            engine.write_tensor(name, value)
+        engine.run(0)
+        results.append({name: engine.read_tensor(name) for name in values})
+    assert staged
+    for name in values:
+        np.testing.assert_allclose(results[1][name], results[0][name], rtol=2e-6, atol=2e-7)
+    x32, out32 = (values[n].astype(np.float32) for n in ("x", "out"))
+    expected = 1 / (1 + np.exp(-(2 * x32[:, 3:13] + out32))) - np.tanh(np.float32(0.75))
+    np.testing.assert_allclose(results[1]["x"][:, 3:13] if in_place else results[1]["result"], expected,
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_copies_as_runs_and_overlapping_copies(rng):

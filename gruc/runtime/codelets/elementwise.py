@@ -4,7 +4,9 @@ numpy: the expression's reference semantics (:func:`gruc.ir.expr.compile_evaluat
 gathered operands.  numba: one generated kernel per expression, type signature and access shape —
 a single loop that loads each operand, evaluates the whole tree on scalars (each node converted to
 its compute type, transcendentals from :mod:`gruc.runtime.fastmath`) and stores the result, with
-no temporaries.  Vertices touching HALF data run on numpy, since numba cannot load float16 on a CPU.
+no temporaries — except where a transcendental meets runs of a few elements, whose operands are
+first staged into contiguous arrays (:func:`staged_kernel_source`).  Vertices touching HALF data
+run on numpy, since numba cannot load float16 on a CPU.
 """
 
 from __future__ import annotations
@@ -128,6 +130,65 @@ def segment_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming:
                       *loads, *code.lines, f"            y[j] = {result}", ""])
 
 
+def staged_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming: list[bool]) -> str:
+    """Source of ``kernel(out, out_base, m1, b1, ..., lengths, y, x1, ...)`` for short runs.
+
+    Runs of a few elements (a matmul's output spread over a thousand tiles comes in runs of ten)
+    leave a SIMD loop little to do but its scalar remainders, where a transcendental costs ten
+    times its vector price.  So every streaming operand's runs are first copied into a contiguous
+    staging array ``x<k>``, the expression runs once over all of them into ``y``, and ``y`` is
+    copied back run by run: all reads before any write, as in the definition.
+    """
+    code = ScalarCode(operand_dtypes, " " * 8)
+    result = code.emit(expr)
+    count = len(operand_dtypes)
+    moving = [k for k in range(1, count + 1) if streaming[k - 1]]
+    params = "".join(f", m{k}, b{k}" for k in range(1, count + 1))
+    staging = "".join(f", x{k}" for k in range(1, count + 1))
+    gathers = []
+    for k in moving:  # slices, so LLVM sees unit strides and vectorises
+        gathers += [f"        source, target = m{k}[b{k}[s]:b{k}[s] + n], x{k}[at:at + n]",
+                    "        for j in range(n):", "            target[j] = source[j]"]
+    fixed = [f"    a{k} = m{k}[b{k}[0]]" for k in range(1, count + 1) if not streaming[k - 1]]
+    loads = [f"        a{k} = v{k}[j]" for k in moving]
+    return "\n".join([KERNEL_HEADER + f"def kernel(out, out_base{params}, lengths, y{staging}):",
+                      "    at = 0", "    for s in range(lengths.shape[0]):", "        n = lengths[s]",
+                      *gathers, "        at += n", *fixed, "    total = y.shape[0]",
+                      "    z = y[:total]", *[f"    v{k} = x{k}[:total]" for k in moving],
+                      "    for j in range(total):", *loads, *code.lines, f"        z[j] = {result}",
+                      "    at = 0", "    for s in range(lengths.shape[0]):", "        n = lengths[s]",
+                      "        source, target = y[at:at + n], out[out_base[s]:out_base[s] + n]",
+                      "        for j in range(n):", "            target[j] = source[j]",
+                      "        at += n", ""])
+
+
+STAGED_BELOW = 32
+"""Stage the operands of a vertex with a transcendental when its runs average fewer elements."""
+
+
+def _expensive(expression: ex.Expr) -> bool:
+    return any(isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp))
+               and node.op in EXPENSIVE_OPS for node in ex.walk(expression))
+
+
+def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...], segments) -> Prepared:
+    """The kernel of :func:`staged_kernel_source` with its staging arrays."""
+    dtypes = [op.dtype for op in operands]
+    kernel = load_kernel(staged_kernel_source(expression, dtypes, list(segments.streaming)))
+    total = len(out.index)
+    y = np.empty(total, out.dtype.storage)
+    staging = [np.empty(total if moves else 0, op.dtype.storage)
+               for op, moves in zip(operands, segments.streaming)]
+
+    def run(memory: DeviceMemory) -> None:
+        args = []
+        for op, base in zip(operands, segments.bases):
+            args += [memory.view(op.dtype), base]
+        kernel(memory.view(out.dtype), segments.out_base, *args, segments.lengths, y, *staging)
+
+    return run
+
+
 @numba_vertex("Map")
 @numba_vertex("MapInPlace")
 def _numba_map(vertex: LoweredVertex) -> Prepared:
@@ -147,6 +208,8 @@ def _numba_map(vertex: LoweredVertex) -> Prepared:
             kernel(memory.view(out.dtype), out.index, *args)
 
         return run_gather
+    if len(segments.lengths) * STAGED_BELOW > len(out.index) and _expensive(expression):
+        return _staged(expression, out, operands, segments)
     same_as_out = [op.dtype == out.dtype and np.array_equal(base, segments.out_base)
                    for op, base in zip(operands, segments.bases)]
     kernel = load_kernel(segment_kernel_source(expression, dtypes, list(segments.streaming),
