@@ -132,6 +132,25 @@ def find_segments(out: np.ndarray, operands: list[np.ndarray]) -> Segments | Non
     return Segments(lengths, out[starts], bases, streaming)
 
 
+def runs_by_address(index: np.ndarray, host: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs in which both ``index`` (flat memory indices) and ``host`` (positions in a host
+    array; default ``0, 1, ...``) are consecutive, as uint64 (memory starts, host starts,
+    lengths) sorted by memory start: moved in that order, tile memory streams while the small
+    host array takes the scattered side."""
+    index = index.reshape(-1)
+    host = np.arange(len(index), dtype=np.int64) if host is None else host
+    if len(index) == 0:
+        empty = np.zeros(0, np.uint64)
+        return empty, empty, empty
+    breaks = (np.diff(index) != 1) | (np.diff(host) != 1)
+    begins = np.concatenate(([0], np.flatnonzero(breaks) + 1))
+    lengths = np.diff(np.append(begins, len(index)))
+    order = np.argsort(index[begins], kind="stable")
+    return (index[begins][order].astype(np.uint64), host[begins][order].astype(np.uint64),
+            lengths[order].astype(np.uint64))
+
+
 class Unchanged:
     """Tells whether an operand a step reads can have changed since that step last read it, so a
     kernel may keep its gathered host copy (the weights an RNN step multiplies by, gathered from

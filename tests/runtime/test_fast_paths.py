@@ -213,6 +213,39 @@ def test_transcendentals_over_short_runs_are_staged_and_match_the_definition(in_
                                rtol=1e-5, atol=1e-6)
 
 
+def test_operands_with_misaligned_runs_are_staged_on_their_own_runs(rng, monkeypatch):
+    """Runs of 3, 10 and 25 elements breaking at different places: too short together for the
+    run kernel (it would go element by element), long enough one by one to be staged."""
+    from gruc.runtime.codelets import elementwise
+
+    staged = []
+    monkeypatch.setattr(elementwise, "_staged",
+                        lambda *args: staged.append(STAGED(*args)) or staged[-1])
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (40, 30), "x")
+    g.map_tensor_linearly(x)
+    w = g.add_variable(FLOAT, (40, 10), "w")
+    g.set_tile_mapping(w, TileMapping.from_element_tiles(np.arange(400).reshape(40, 10) // 3 % 16))
+    result = g.add_variable(FLOAT, (40, 10), "result")
+    g.map_tensor_linearly(result)
+    program = Sequence()
+    map_with_output(g, _1 * _2 + _2, [x[:, 3:13], w], result, program)
+    for name, tensor in (("x", x), ("w", w)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("result", result)
+    values = {"x": rng.uniform(-4, 4, (40, 30)), "w": rng.uniform(-4, 4, (40, 10))}
+    results = []
+    for engine in engines(g, program):
+        for name, value in values.items():
+            engine.write_tensor(name, value)
+        engine.run(0)
+        results.append(engine.read_tensor("result"))
+    assert staged and all(run is not None for run in staged)
+    np.testing.assert_array_equal(results[1], results[0])
+    x32, w32 = values["x"][:, 3:13].astype(np.float32), values["w"].astype(np.float32)
+    np.testing.assert_array_equal(results[1], x32 * w32 + w32)
+
+
 def test_copies_as_runs_and_overlapping_copies(rng):
     g = Graph(T16)
     x = g.add_variable(FLOAT, (64,), "x")

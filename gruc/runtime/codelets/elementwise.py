@@ -19,7 +19,8 @@ from gruc.ir import expr as ex
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import cycle_estimator, elementwise_cycles
 from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
-from gruc.runtime.kernels import KERNEL_HEADER, find_segments, load_kernel, numba_vertex
+from gruc.runtime.kernels import (KERNEL_HEADER, SEGMENT_MIN_AVERAGE, find_segments, load_kernel,
+                                  numba_vertex, runs_by_address)
 from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
@@ -131,39 +132,47 @@ def segment_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming:
 
 
 def staged_kernel_source(expr: ex.Expr, operand_dtypes: list[DType], streaming: list[bool]) -> str:
-    """Source of ``kernel(out, out_base, m1, b1, ..., lengths, y, x1, ...)`` for short runs.
+    """Source of ``kernel(out, o_runs, m1, r1, ..., y, x1, ...)``: operands staged through
+    contiguous arrays.
 
-    Runs of a few elements (a matmul's output spread over a thousand tiles comes in runs of ten)
-    leave a SIMD loop little to do but its scalar remainders, where a transcendental costs ten
-    times its vector price.  So every streaming operand's runs are first copied into a contiguous
-    staging array ``x<k>``, the expression runs once over all of them into ``y``, and ``y`` is
-    copied back run by run: all reads before any write, as in the definition.
+    Where operands are laid out differently on their tiles (a matmul's output beside a sequence
+    slice), the runs in which *all* of them are consecutive hold a few elements each, and a loop
+    over them does little but set up slices and finish scalar remainders — a transcendental costs
+    ten times its vector price there.  So each streaming operand is copied on its own runs
+    (``r<k>``: memory start, position, length, in address order) into a contiguous array ``x<k>``,
+    the expression runs once over them all into ``y``, and ``y`` goes back on the output's runs:
+    all reads before any write, as in the definition.  A fixed operand (one element broadcast)
+    is ``m<k>[r<k>[0, 0]]``.
     """
     code = ScalarCode(operand_dtypes, " " * 8)
     result = code.emit(expr)
     count = len(operand_dtypes)
     moving = [k for k in range(1, count + 1) if streaming[k - 1]]
-    params = "".join(f", m{k}, b{k}" for k in range(1, count + 1))
+    params = "".join(f", m{k}, r{k}" for k in range(1, count + 1))
     staging = "".join(f", x{k}" for k in range(1, count + 1))
-    gathers = []
-    for k in moving:  # slices, so LLVM sees unit strides and vectorises
-        gathers += [f"        source, target = m{k}[b{k}[s]:b{k}[s] + n], x{k}[at:at + n]",
-                    "        for j in range(n):", "            target[j] = source[j]"]
-    fixed = [f"    a{k} = m{k}[b{k}[0]]" for k in range(1, count + 1) if not streaming[k - 1]]
-    loads = [f"        a{k} = v{k}[j]" for k in moving]
-    return "\n".join([KERNEL_HEADER + f"def kernel(out, out_base{params}, lengths, y{staging}):",
-                      "    at = 0", "    for s in range(lengths.shape[0]):", "        n = lengths[s]",
-                      *gathers, "        at += n", *fixed, "    total = y.shape[0]",
-                      "    z = y[:total]", *[f"    v{k} = x{k}[:total]" for k in moving],
-                      "    for j in range(total):", *loads, *code.lines, f"        z[j] = {result}",
-                      "    at = 0", "    for s in range(lengths.shape[0]):", "        n = lengths[s]",
-                      "        source, target = y[at:at + n], out[out_base[s]:out_base[s] + n]",
-                      "        for j in range(n):", "            target[j] = source[j]",
-                      "        at += n", ""])
+
+    def copy(runs: str, source: str, target: str, source_at: str, target_at: str) -> list[str]:
+        return [f"    for s in range({runs}.shape[1]):",
+                f"        start, at, n = {runs}[0, s], {runs}[1, s], {runs}[2, s]",
+                f"        source, target = {source}[{source_at}:{source_at} + n], "
+                f"{target}[{target_at}:{target_at} + n]",  # slices: LLVM vectorises
+                "        for j in range(n):", "            target[j] = source[j]"]
+
+    lines = [KERNEL_HEADER + f"def kernel(out, o_runs{params}, y{staging}):"]
+    for k in moving:
+        lines += copy(f"r{k}", f"m{k}", f"x{k}", "start", "at")
+    lines += [f"    a{k} = m{k}[r{k}[0, 0]]" for k in range(1, count + 1) if not streaming[k - 1]]
+    lines += ["    z = y[:y.shape[0]]", *[f"    v{k} = x{k}[:y.shape[0]]" for k in moving],
+              "    for j in range(y.shape[0]):", *[f"        a{k} = v{k}[j]" for k in moving],
+              *code.lines, f"        z[j] = {result}"]
+    lines += copy("o_runs", "y", "out", "at", "start")
+    return "\n".join(lines + [""])
 
 
 STAGED_BELOW = 32
-"""Stage the operands of a vertex with a transcendental when its runs average fewer elements."""
+"""Stage the operands of a vertex with a transcendental when the runs common to all its operands
+average fewer elements than this; without a transcendental, only when they average fewer than
+:data:`~gruc.runtime.kernels.SEGMENT_MIN_AVERAGE` (else the run loop's remainders are cheap)."""
 
 
 def _expensive(expression: ex.Expr) -> bool:
@@ -171,20 +180,33 @@ def _expensive(expression: ex.Expr) -> bool:
                and node.op in EXPENSIVE_OPS for node in ex.walk(expression))
 
 
-def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...], segments) -> Prepared:
-    """The kernel of :func:`staged_kernel_source` with its staging arrays."""
+def _run_table(index: np.ndarray) -> np.ndarray:
+    """``[3, runs]`` int64: memory start, flat position and length of each run, by address."""
+    return np.stack(runs_by_address(index)).astype(np.int64)
+
+
+def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...]) -> Prepared | None:
+    """The kernel of :func:`staged_kernel_source` with its run tables and staging arrays; None
+    if the operands' own runs are too short to pay (scattered element by element)."""
+    streaming = [op.index.size > 1 and not bool(np.all(op.index == op.index.reshape(-1)[0]))
+                 for op in operands]
+    tables = [_run_table(op.index if moves else op.index.reshape(-1)[:1])
+              for op, moves in zip(operands, streaming)]
+    out_runs = _run_table(out.index)
+    moved = [out_runs] + [table for table, moves in zip(tables, streaming) if moves]
+    if sum(table.shape[1] for table in moved) * SEGMENT_MIN_AVERAGE > len(moved) * out.index.size:
+        return None
     dtypes = [op.dtype for op in operands]
-    kernel = load_kernel(staged_kernel_source(expression, dtypes, list(segments.streaming)))
-    total = len(out.index)
-    y = np.empty(total, out.dtype.storage)
-    staging = [np.empty(total if moves else 0, op.dtype.storage)
-               for op, moves in zip(operands, segments.streaming)]
+    kernel = load_kernel(staged_kernel_source(expression, dtypes, streaming))
+    y = np.empty(out.index.size, out.dtype.storage)
+    staging = [np.empty(len(y) if moves else 0, op.dtype.storage)
+               for op, moves in zip(operands, streaming)]
 
     def run(memory: DeviceMemory) -> None:
         args = []
-        for op, base in zip(operands, segments.bases):
-            args += [memory.view(op.dtype), base]
-        kernel(memory.view(out.dtype), segments.out_base, *args, segments.lengths, y, *staging)
+        for op, table in zip(operands, tables):
+            args += [memory.view(op.dtype), table]
+        kernel(memory.view(out.dtype), out_runs, *args, y, *staging)
 
     return run
 
@@ -198,6 +220,11 @@ def _numba_map(vertex: LoweredVertex) -> Prepared:
     dtypes = [op.dtype for op in operands]
     expression = ex.bind_const_types(vertex.params["expr"], dtypes)
     segments = find_segments(out.index, [op.index for op in operands])
+    short = segments is None or (len(segments.lengths) * STAGED_BELOW > len(out.index)
+                                 and _expensive(expression))
+    staged = _staged(expression, out, operands) if short and out.index.size else None
+    if staged is not None:
+        return staged
     if segments is None:
         kernel = load_kernel(gather_kernel_source(expression, dtypes))
 
@@ -208,8 +235,6 @@ def _numba_map(vertex: LoweredVertex) -> Prepared:
             kernel(memory.view(out.dtype), out.index, *args)
 
         return run_gather
-    if len(segments.lengths) * STAGED_BELOW > len(out.index) and _expensive(expression):
-        return _staged(expression, out, operands, segments)
     same_as_out = [op.dtype == out.dtype and np.array_equal(base, segments.out_base)
                    for op, base in zip(operands, segments.bases)]
     kernel = load_kernel(segment_kernel_source(expression, dtypes, list(segments.streaming),

@@ -46,7 +46,7 @@ from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementw
                                exchange_estimator)
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
-                                  numba_vertex)
+                                  numba_vertex, runs_by_address)
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
                                 Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
 from gruc.target import Target
@@ -190,19 +190,12 @@ class Transfer:
 
     def __init__(self, operand: Operand, positions: np.ndarray | None = None) -> None:
         self.dtype = operand.dtype
-        index = operand.index.reshape(-1)
-        host = np.arange(len(index), dtype=np.int64) if positions is None else positions
-        breaks = (np.diff(index) != 1) | (np.diff(host) != 1)
-        begins = np.concatenate(([0], np.flatnonzero(breaks) + 1)) if len(index) else host
-        ends = np.append(begins[1:], len(index)) if len(index) else host
-        self.runs = len(begins) * SEGMENT_MIN_AVERAGE <= len(index)
-        order = np.argsort(index[begins], kind="stable")
-        self.index, self.host = index, host
-        self.bases = index[begins][order].astype(np.uint64)
-        self.positions = host[begins][order].astype(np.uint64)
-        self.lengths = (ends - begins)[order].astype(np.uint64)
+        self.index = operand.index.reshape(-1)
+        self.host = np.arange(len(self.index), dtype=np.int64) if positions is None else positions
+        self.bases, self.positions, self.lengths = runs_by_address(self.index, self.host)
+        self.runs = len(self.lengths) * SEGMENT_MIN_AVERAGE <= len(self.index)
         self.half = operand.dtype is HALF
-        self.words = np.empty(len(index), np.uint16) if self.half else None
+        self.words = np.empty(len(self.index), np.uint16) if self.half else None
 
     def _memory(self, memory: DeviceMemory) -> np.ndarray:
         view = memory.view(self.dtype)
