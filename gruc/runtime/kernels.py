@@ -132,14 +132,20 @@ def find_segments(out: np.ndarray, operands: list[np.ndarray]) -> Segments | Non
     return Segments(lengths, out[starts], bases, streaming)
 
 
-def runs_by_address(index: np.ndarray, host: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def runs_by_address(index: np.ndarray, host: np.ndarray | None = None, *,
+                    host_order: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The runs in which both ``index`` (flat memory indices) and ``host`` (positions in a host
     array; default ``0, 1, ...``) are consecutive, as uint64 (memory starts, host starts,
     lengths) sorted by memory start: moved in that order, tile memory streams while the small
-    host array takes the scattered side."""
+    host array takes the scattered side.  Runs are looked for along the operand's flat order,
+    or with ``host_order`` along the host positions (a permutation then: a transposed host
+    layout has its runs across the operand's rows)."""
     index = index.reshape(-1)
-    host = np.arange(len(index), dtype=np.int64) if host is None else host
+    if host is None:
+        host = np.arange(len(index), dtype=np.int64)
+    elif host_order:
+        order = np.argsort(host, kind="stable")
+        index, host = index[order], host[order]
     if len(index) == 0:
         empty = np.zeros(0, np.uint64)
         return empty, empty, empty

@@ -17,6 +17,7 @@ from gruc.runtime.codelets.elementwise import _staged as STAGED
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
 from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
+from gruc.runtime.kernels import runs_by_address
 
 T16 = Target.custom(tiles_per_ipu=16)
 
@@ -264,3 +265,15 @@ def test_copies_as_runs_and_overlapping_copies(rng):
         engine.run(0)
         np.testing.assert_array_equal(engine.read_tensor("x"), expected_x)
         np.testing.assert_array_equal(engine.read_tensor("y"), values.astype(np.float32)[::-1])
+
+
+def test_runs_are_found_along_the_operand_or_along_a_transposed_host_layout():
+    index = np.arange(12, dtype=np.int64).reshape(3, 4).T.reshape(-1)  # a transposed [4, 3] view
+    host = np.arange(12, dtype=np.int64).reshape(3, 4).T.reshape(-1)  # ... read back transposed
+    bases, positions, lengths = runs_by_address(index)
+    assert lengths.tolist() == [1] * 12  # along the operand: no two neighbours are neighbours
+    bases, positions, lengths = runs_by_address(index, host, host_order=True)
+    assert (bases.tolist(), positions.tolist(), lengths.tolist()) == ([0], [0], [12])
+    partial_sums = np.arange(8, dtype=np.int64) % 4  # two partials summed into four positions
+    bases, positions, lengths = runs_by_address(np.arange(8, dtype=np.int64) + 100, partial_sums)
+    assert (bases.tolist(), positions.tolist(), lengths.tolist()) == ([100, 104], [0, 0], [4, 4])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 from functools import partial
+from typing import Callable
 
 import numpy as np
 from numba import njit
@@ -184,15 +185,18 @@ def _add_index(src, index, positions, acc):  # pragma: no cover (compiled)
 class Transfer:
     """Moves an operand's elements between tile memory and a contiguous host float32 array:
     element ``e`` of the operand (flat order) to or from host position ``positions[e]`` (default
-    ``e``).  Runs where both sides are consecutive are copied by compiled loops in *address*
-    order, so tile memory (tiles far apart) streams while the small host array takes the
-    scattered side; operands without long runs go element by element."""
+    ``e``).  Runs where both sides are consecutive (along the operand, or with ``host_order``
+    along the host positions: see :func:`~gruc.runtime.kernels.runs_by_address`) are copied by
+    compiled loops in *address* order, so tile memory (tiles far apart) streams while the small
+    host array takes the scattered side; operands without long runs go element by element."""
 
-    def __init__(self, operand: Operand, positions: np.ndarray | None = None) -> None:
+    def __init__(self, operand: Operand, positions: np.ndarray | None = None, *,
+                 host_order: bool = False) -> None:
         self.dtype = operand.dtype
         self.index = operand.index.reshape(-1)
         self.host = np.arange(len(self.index), dtype=np.int64) if positions is None else positions
-        self.bases, self.positions, self.lengths = runs_by_address(self.index, self.host)
+        self.bases, self.positions, self.lengths = runs_by_address(self.index, self.host,
+                                                                   host_order=host_order)
         self.runs = len(self.lengths) * SEGMENT_MIN_AVERAGE <= len(self.index)
         self.half = operand.dtype is HALF
         self.words = np.empty(len(self.index), np.uint16) if self.half else None
@@ -468,24 +472,52 @@ DEFERRED_BYTES = 64 << 20
 """At most this many bytes of stacked operands per kept accumulator."""
 
 
+def _transposed_reader(operand: Operand, G: int, M: int, K: int
+                       ) -> Callable[[DeviceMemory, np.ndarray], None]:
+    """Reads a ``[G, M, K]`` operand into a host ``[G, K, M]`` array (its blocks transposed).
+
+    A weight gradient's ``a`` is the transpose of a step's activations, so in tile memory it runs
+    along ``M``: read straight into the transposed layout, its runs stay runs.  An operand laid
+    out the other way is read in its own order and transposed on the host."""
+    transposed = np.arange(G * K * M, dtype=np.int64).reshape(G, K, M).transpose(0, 2, 1)
+    across = Transfer(operand, transposed.reshape(-1), host_order=True)
+    along = Transfer(operand)
+    if len(across.lengths) <= len(along.lengths):
+        return across.read
+    scratch = np.empty((G, M, K), F32)
+
+    def read(memory: DeviceMemory, into: np.ndarray) -> None:
+        along.read(memory, scratch)
+        np.copyto(into, scratch.transpose(0, 2, 1))
+
+    return read
+
+
 class _DeferredProducts:
     """The ``a`` and ``b`` of partials vertices of one shape over successive steps, multiplied out
-    together."""
+    together.  ``a`` is stacked transposed (``[steps, G, K, M]``) like ``b`` (``[steps, G, K,
+    N]``): the steps then join along k with no copy, and BLAS takes the joined ``a`` transposed."""
 
     def __init__(self, shape: tuple[int, int, int, int]) -> None:
         G, M, K, N = self.shape = shape
         step_bytes = G * (M * K + K * N) * F32().itemsize
         depth = max(1, min(-(-DEFERRED_DEPTH // K), DEFERRED_BYTES // step_bytes))
-        self.a, self.b = np.empty((depth, G, M, K), F32), np.empty((depth, G, K, N), F32)
-        self.joined_a = np.empty((G, M, depth, K), F32)
+        self.a, self.b = np.empty((depth, G, K, M), F32), np.empty((depth, G, K, N), F32)
+        self.joined_a = np.empty((G, depth, K, M), F32) if G > 1 else None
         self.joined_b = np.empty((G, depth, K, N), F32) if G > 1 else None
         self.product = np.empty((G, M, N), F32)
         self.count = 0
 
-    def gather(self, memory: DeviceMemory, a_in: Transfer, b_in: Transfer) -> None:
+    def readers(self, producer: LoweredVertex) -> dict[str, Callable]:
+        """The ``gather`` keywords reading a partials vertex's operands into the stacks."""
+        G, M, K, _ = self.shape
+        return {"a_in": _transposed_reader(producer.fields["a"], G, M, K),
+                "b_in": Transfer(producer.fields["b"]).read}
+
+    def gather(self, memory: DeviceMemory, a_in: Callable, b_in: Callable) -> None:
         """A partials step: its operands, as they are now."""
-        a_in.read(memory, self.a[self.count])
-        b_in.read(memory, self.b[self.count])
+        a_in(memory, self.a[self.count])
+        b_in(memory, self.b[self.count])
 
     def commit(self, factor: np.float32) -> bool:
         """The reduction step: this step's product counts ``factor`` times; True when full."""
@@ -494,19 +526,20 @@ class _DeferredProducts:
         self.count += 1
         return self.count == len(self.a)
 
+    def _joined(self, stack: np.ndarray, joined: np.ndarray | None) -> np.ndarray:
+        """The first ``count`` steps of a stack as ``[G, count * K, columns]``."""
+        n, (G, _, K, _) = self.count, stack.shape
+        if joined is None:  # one group: the steps are already consecutive
+            return stack[:n].reshape(1, n * K, -1)
+        joined[:, :n] = stack[:n].transpose(1, 0, 2, 3)
+        return joined.reshape(G, -1, joined.shape[-1])[:, :n * K]
+
     def add_to(self, kept: np.ndarray) -> None:
         """``kept`` += every stacked product; the stack is emptied."""
-        n = self.count
-        if n == 0:
+        if self.count == 0:
             return
-        G, M, K, N = self.shape
-        self.joined_a[:, :, :n] = self.a[:n].transpose(1, 2, 0, 3)
-        if self.joined_b is None:
-            b = self.b[:n].reshape(1, n * K, N)
-        else:
-            self.joined_b[:, :n] = self.b[:n].transpose(1, 0, 2, 3)
-            b = self.joined_b.reshape(G, -1, N)[:, :n * K]
-        np.matmul(self.joined_a.reshape(G, M, -1)[:, :, :n * K], b, out=self.product)
+        a = self._joined(self.a, self.joined_a).transpose(0, 2, 1)
+        np.matmul(a, self._joined(self.b, self.joined_b), out=self.product)
         np.add(kept, self.product, out=kept)
         self.count = 0
 
@@ -577,8 +610,7 @@ def _kept_accumulation(members: list[_Pair], executable: Executable,
     hooks.after_run.append(write_back)
     prepared: dict[int, Prepared] = {}
     for producer, consumer, _ in members:
-        prepared[id(producer)] = partial(deferred.gather, a_in=Transfer(producer.fields["a"]),
-                                         b_in=Transfer(producer.fields["b"]))
+        prepared[id(producer)] = partial(deferred.gather, **deferred.readers(producer))
         prepared[id(consumer)] = reduction(consumer)
     return prepared
 
