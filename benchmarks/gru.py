@@ -16,7 +16,8 @@ noise hits all contenders alike, as the median of ``--repeats`` runs after one w
   peak sgemm rate measured here (a 2048^3 float32 product) — no implementation can beat it.
 
 Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported; the gruc forward output is checked
-against torch's (max abs difference).  Build and compile seconds of the gruc layers are recorded
+against torch's (max abs difference; poplibs' test data with the weights scaled as torch
+initialises them, see :func:`torch_scaled`).  Build and compile seconds of the gruc layers are recorded
 too.  Writes ``benchmarks/results/gru.json`` and prints a table.
 ``python benchmarks/gru.py [--repeats N] [--shapes 100x16x128x128,...]``
 """
@@ -29,13 +30,15 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):  # before numpy lo
     os.environ.setdefault(_variable, "2")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from _common import median_seconds, write_result  # noqa: E402
+from _common import write_result  # noqa: E402
 from gruc import Engine  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
@@ -98,7 +101,7 @@ def gruc_engine(shape, phase: str):
     built = time.perf_counter()
     engine = Engine(layer.graph, layer.programs)
     compiled = time.perf_counter()
-    data, _ = host_data(config)
+    data = torch_scaled(host_data(config)[0])
     values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
               "output_weights": data.output_weights, "biases": data.biases,
               "grad_output": data.grad_output}
@@ -106,6 +109,19 @@ def gruc_engine(shape, phase: str):
         engine.write_tensor(name, values[name])
     return engine, data, layer.flops(), {"build_seconds": built - start,
                                          "compile_seconds": compiled - built}
+
+
+def torch_scaled(data):
+    """poplibs' test data with the weights and biases in torch's ``±1/sqrt(H)`` instead of ``±1``.
+
+    With ``±1`` weights a recurrence 256 wide is chaotic: every float32 implementation — torch,
+    the numpy peer, gruc — drifts from the float64 answer by the whole output range within 100
+    steps, so their outputs cannot be compared.  Scaled as torch initialises them, they agree to
+    float32 rounding, and the timings are the same (no data-dependent work)."""
+    scale = 1 / math.sqrt(data.h0.shape[1])
+    return dataclasses.replace(data, input_weights=data.input_weights * scale,
+                               output_weights=data.output_weights * scale,
+                               biases=data.biases * scale)
 
 
 def torch_peer(data):
@@ -132,10 +148,20 @@ def torch_peer(data):
     return forward, train, state
 
 
-def peak_sgemm_flops(size: int = 2048) -> float:
+def peak_sgemm_flops(size: int = 2048, repeats: int = 9) -> float:
+    """The best rate of a ``size``-cubed float32 product: a peak, so the fastest run counts (a
+    median drifts down with whatever else the machine is doing, and the bound with it)."""
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
-    return 2 * size ** 3 / median_seconds(lambda: a @ b, repeats=5)
+    out = np.empty((size, size), np.float32)
+    for _ in range(2):
+        np.matmul(a, b, out=out)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best
 
 
 def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
@@ -196,6 +222,8 @@ def main() -> None:
                   f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  bound "
                   f"{ms[f'flop_bound_{kind}']:7.1f}  ({ratios[f'gruc_{kind}_over_torch']:.2f}x, "
                   f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
+        print(f"{'':>16} gruc forward output vs torch: max abs difference "
+              f"{row['gruc_fwd_vs_torch_max_abs_difference']:.1e}")
     write_result("gru", {"threads": THREADS, "peak_sgemm_gflops": round(peak / 1e9, 1),
                          "repeats": args.repeats, "results": results})
 
