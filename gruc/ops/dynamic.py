@@ -114,10 +114,11 @@ def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor
                        for b, e in zip(begins.tolist(), ends.tolist())], last)
 
     offsets = offset.reshape([sliced])
-    for tile in np.unique(home[home != UNMAPPED]).tolist():
-        cols = np.flatnonzero(home == tile)
+    mapped = np.flatnonzero(home != UNMAPPED)
+    by_tile = mapped[np.argsort(home[mapped], kind="stable")]  # columns ascending on each tile
+    for cols in np.split(by_tile, np.flatnonzero(np.diff(home[by_tile])) + 1) if len(by_tile) else []:
         graph.add_vertex(cs, kind, {"offset": offsets, "base": pick(base, cols),
-                                    window_field: pick(window, cols)}, tile=tile)
+                                    window_field: pick(window, cols)}, tile=int(home[cols[0]]))
 
 
 def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],

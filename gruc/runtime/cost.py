@@ -100,15 +100,16 @@ class _StepCoster:
     def zeros(self) -> np.ndarray:
         return np.zeros(self.num_tiles, dtype=np.int64)
 
-    def remote(self, tensor, home: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
+    def remote(self, tensor, home: np.ndarray | int, bytes_in: np.ndarray, bytes_out: np.ndarray,
                crossing: list[bool]) -> None:
-        """Account the elements of ``tensor`` whose tile differs from ``home`` (per element)."""
-        tiles = self.graph.element_tiles(tensor).astype(np.int64)
-        away = tiles != home
+        """Account the elements of ``tensor`` whose tile differs from ``home`` (per element, or
+        one tile for all: a vertex's)."""
+        away = self.graph.element_tiles(tensor) != home
         if not np.any(away):
             return
         ids = tensor.flat_ids()[away]
-        pairs = distinct(ids * self.num_tiles + home[away])  # one transfer per (element, receiver)
+        receivers = home[away] if isinstance(home, np.ndarray) else home
+        pairs = distinct(ids * self.num_tiles + receivers)  # one transfer per (element, receiver)
         receivers = pairs % self.num_tiles
         senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
         size = tensor.dtype.size
@@ -141,8 +142,7 @@ class _StepCoster:
             if vertex.tile is None:
                 self.remote(tensor, home, bytes_in, bytes_out, crossing)
             else:
-                self.remote(tensor, np.full(tensor.num_elements, vertex.tile, dtype=np.int64),
-                            bytes_in, bytes_out, crossing)
+                self.remote(tensor, vertex.tile, bytes_in, bytes_out, crossing)
 
     def copy(self, node: Copy, compute: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
              crossing: list[bool]) -> None:
