@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
 
 from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
 from gruc.ir.mapping import UNMAPPED, runs_of
 from gruc.ir.module import Module
 from gruc.ir.layout import Strided
 from gruc.ir.tensor import Tensor
+from gruc.passes.addresses import fill_addresses
 from gruc.passes.liveness import Liveness, analyse_liveness
 
 __all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
@@ -174,7 +174,7 @@ class MemoryPlan:
         empty, by the strided view ``(offset, shape, strides)``: one compiled pass over the runs."""
         stride = self.capacity if tile_stride is None else int(tile_stride)
         result = np.empty(count, dtype=np.int64)
-        bad = _fill_addresses(ids, offset, shape, strides, *self._runs, stride, unit, result)
+        bad = fill_addresses(ids, offset, shape, strides, *self._runs, stride, unit, result)
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
                 offset + int(np.dot(np.unravel_index(bad, tuple(shape)), strides))
@@ -201,61 +201,6 @@ class MemoryPlan:
 
 
 # ---- planning -------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _find_run(i, run, jump, first_id, length):  # pragma: no cover (compiled)
-    """The run holding global id ``i``, or -1.  Views walk their variables in a few regular
-    strides, so before a binary search it tries the current run, the next one and the run as far
-    from the current one as the last jump went (a strided view's next row on the same tile)."""
-    for guess in (run, run + 1, run + jump):
-        if 0 <= guess < first_id.shape[0] and first_id[guess] <= i < first_id[guess] + length[guess]:
-            return guess
-    guess = np.searchsorted(first_id, i, side="right") - 1
-    if guess < 0 or i >= first_id[guess] + length[guess]:
-        return -1
-    return guess
-
-
-@njit(cache=True, nogil=True)
-def _fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, elem_size,
-                    stride, unit, result):  # pragma: no cover (compiled)
-    """``result[k]`` = byte address // ``unit`` of the ``k``-th id: ``ids[k]`` if ``ids`` is not
-    empty, else the ``k``-th id of the strided view ``offset + sum(index_d * strides[d])`` in
-    row-major order (walked with an odometer, so no id array is materialised).  Returns the
-    position of the first id in no run (an unallocated variable), or -1.  Addresses of a run are
-    ``start + j * step`` with ``start`` divided once per run: every ``unit`` used divides the
-    element size and the tile stride, and blocks are aligned to it."""
-    rank = shape.shape[0]
-    counter = np.zeros(rank, dtype=np.int64)
-    walk = ids.shape[0] == 0
-    i = offset
-    run = jump = -1
-    start = step = 0
-    for k in range(result.shape[0]):
-        if not walk:
-            i = ids[k]
-        if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
-            found = _find_run(i, run, jump, first_id, length)
-            if found < 0:
-                return k
-            if run >= 0 and found != run + 1:
-                jump = found - run
-            run = found
-            start = (tile[run] * stride + within[run]) // unit - first_id[run] * (elem_size[run] // unit)
-            step = elem_size[run] // unit
-        result[k] = start + i * step
-        if walk:
-            d = rank - 1
-            while d >= 0:
-                counter[d] += 1
-                i += strides[d]
-                if counter[d] < shape[d]:
-                    break
-                i -= strides[d] * shape[d]
-                counter[d] = 0
-                d -= 1
-    return -1
-
-
 def _align(nbytes: np.ndarray | int, alignment: int):
     return -(-nbytes // alignment) * alignment
 
