@@ -16,6 +16,7 @@ size: the element index of a typed view depends only on the size) and cached on 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 from numba import njit
@@ -161,23 +162,80 @@ def _move_rows(data, offset_data, offset_index, rows, row_pieces, window_pieces,
                 data[window + np.uint64(m)] = data[base + np.uint64(m)]
 
 
-def _starts(sizes: list[int]) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
+@njit(cache=True, nogil=True)
+def _piece_tables(base_index, base_at, window_index, window_at, rows, window_rows,
+                  columns):  # pragma: no cover (compiled)
+    """The pieces of every vertex of a group: a new piece starts at a column where some base row
+    or window row stops being consecutive.  Returns the width of each piece, the first piece of
+    each vertex (and the total), the start address of each piece in every base row (a vertex's
+    rows one after another) with each vertex's first entry, and the same for the window rows."""
+    count = columns.shape[0]
+    starts = np.zeros(columns.sum(), np.bool_)
+    pieces = np.zeros(count, np.int64)
+    first_column = 0
+    for v in range(count):
+        n = columns[v]
+        for c in range(n):
+            start = c == 0
+            for r in range(rows[v]):
+                k = base_at[v] + r * n + c
+                if start or base_index[k] != base_index[k - 1] + 1:
+                    start = True
+                    break
+            for r in range(window_rows[v]):
+                k = window_at[v] + r * n + c
+                if start or window_index[k] != window_index[k - 1] + 1:
+                    start = True
+                    break
+            starts[first_column + c] = start
+            pieces[v] += start
+        first_column += n
+    width_start = np.zeros(count + 1, np.int64)
+    base_start = np.zeros(count + 1, np.int64)
+    window_start = np.zeros(count + 1, np.int64)
+    for v in range(count):
+        width_start[v + 1] = width_start[v] + pieces[v]
+        base_start[v + 1] = base_start[v] + rows[v] * pieces[v]
+        window_start[v + 1] = window_start[v] + window_rows[v] * pieces[v]
+    widths = np.empty(width_start[count], np.int64)
+    base_pieces = np.empty(base_start[count], np.uint64)
+    window_pieces = np.empty(window_start[count], np.uint64)
+    first_column = 0
+    for v in range(count):
+        n, piece = columns[v], 0
+        for c in range(n):
+            if not starts[first_column + c]:
+                continue
+            end = c + 1
+            while end < n and not starts[first_column + end]:
+                end += 1
+            widths[width_start[v] + piece] = end - c
+            for r in range(rows[v]):
+                base_pieces[base_start[v] + r * pieces[v] + piece] = base_index[base_at[v] + r * n + c]
+            for r in range(window_rows[v]):
+                window_pieces[window_start[v] + r * pieces[v] + piece] = \
+                    window_index[window_at[v] + r * n + c]
+            piece += 1
+        first_column += n
+    return widths, width_start, base_pieces, base_start, window_pieces, window_start
 
 
-def _pieces(base: Operand, window: Operand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Start addresses of the pieces of every base row and of every window row, and the width of
-    each piece (the same column ranges in every row)."""
-    columns = base.shape[-1]
-    if columns == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    base_rows, window_rows = base.index.reshape(-1, columns), window.index.reshape(-1, columns)
-    breaks = np.zeros(columns - 1, dtype=bool)
-    for rows in (base_rows, window_rows):
-        breaks |= np.any(np.diff(rows, axis=1) != 1, axis=0)
-    starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
-    widths = np.diff(np.append(starts, columns))
-    return base_rows[:, starts].reshape(-1), window_rows[:, starts].reshape(-1), widths
+def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
+    """The operands' element indices joined, and where each one's begin."""
+    sizes = [op.index.size for op in operands]
+    return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64),
+            np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1])
+
+
+def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
+                width_start: np.ndarray) -> np.ndarray:
+    """The base-piece table of vertices with ``rows`` rows each, row by row across all of them:
+    entry ``(r, p)`` is piece ``p`` (numbered across the group) of row ``r``."""
+    pieces = np.diff(width_start)
+    owner = np.repeat(np.arange(len(pieces)), pieces)
+    within = np.arange(width_start[-1]) - width_start[owner]
+    at = base_start[owner] + np.arange(rows)[:, None] * pieces[owner] + within
+    return np.ascontiguousarray(base_pieces[at].reshape(-1))
 
 
 def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
@@ -186,31 +244,29 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     bases = [v.fields["base"] for v in vertices]
     windows = [v.fields[window_field] for v in vertices]
     offsets = [v.fields["offset"] for v in vertices]
-    tables = [_pieces(b, w) for b, w in zip(bases, windows)]
-    widths = np.concatenate([w for _, _, w in tables]).astype(np.int64)
-    width_start = np.cumsum([0] + [len(w) for _, _, w in tables], dtype=np.int64)
+    base_index, base_at = _flat_indices(bases)
+    window_index, window_at = _flat_indices(windows)
+    columns = np.array([b.shape[-1] for b in bases], np.int64)
+    rows = np.array([math.prod(b.shape[:-1]) for b in bases], np.int64)
+    window_count = np.array([math.prod(w.shape[:-1]) for w in windows], np.int64)
+    widths, width_start, base_pieces, base_start, window_pieces, window_start = _piece_tables(
+        base_index, base_at, window_index, window_at, rows, window_count, columns)
     dim_start = np.cumsum([0] + [len(b.shape) - 1 for b in bases], dtype=np.int64)
     dim_sizes = np.concatenate([b.shape[:-1] for b in bases]).astype(np.int64)
     window_sizes = np.concatenate([w.shape[:-1] for w in windows]).astype(np.int64)
     offset_index = np.concatenate([o.index for o in offsets]).astype(np.int64)
-    window_count = np.array([int(np.prod(w.shape[:-1])) for w in windows], np.int64)
-    base_start = _starts([len(b) for b, _, _ in tables])
-    window_start = _starts([len(w) for _, w, _ in tables])
-    base_pieces = np.concatenate([b for b, _, _ in tables]).astype(np.uint64)
-    window_pieces = np.concatenate([w for _, w, _ in tables]).astype(np.uint64)
     bits = UNSIGNED_VIEWS[bases[0].dtype.size]
     offset_dtype = offsets[0].dtype
     scatter = window_field == "update"
-    if (len(dim_sizes) == len(vertices) and np.all(window_sizes == 1)
-            and dim_sizes[0] > 0 and np.all(dim_sizes == dim_sizes[0]) and np.all(offset_index == offset_index[0])):
-        rows = int(dim_sizes[0])  # one sliced dim per vertex, one row deep, one offset
-        row_pieces = np.concatenate([b.reshape(rows, -1) for b, _, _ in tables], axis=1)
-        row_pieces = np.ascontiguousarray(row_pieces, dtype=np.uint64).reshape(-1)
-        offset = int(offset_index[0])
+    one_row_each = len(dim_sizes) == len(vertices) and np.all(window_sizes == 1)
+    if one_row_each and dim_sizes[0] > 0 and np.all(dim_sizes == dim_sizes[0]) \
+            and np.all(offset_index == offset_index[0]):  # one sliced dim, one offset
+        row_pieces = _rows_table(int(dim_sizes[0]), base_pieces, base_start, width_start)
+        offset, count = int(offset_index[0]), int(dim_sizes[0])
 
         def run_rows(memory: DeviceMemory) -> None:
-            _move_rows(memory.raw.view(bits), memory.view(offset_dtype), offset, rows, row_pieces,
-                       window_pieces, widths, scatter)
+            _move_rows(memory.raw.view(bits), memory.view(offset_dtype), offset, count,
+                       row_pieces, window_pieces, widths, scatter)
 
         return run_rows
 
