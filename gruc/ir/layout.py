@@ -62,6 +62,18 @@ def contiguous_start(layout: Layout, shape: Shape) -> int | None:
     return None
 
 
+def same_ids(first: Layout, first_shape: Shape, second: Layout, second_shape: Shape) -> bool:
+    """Whether two views name the same ids in the same row-major order; two strided views of one
+    shape are compared by offset and strides, without listing their ids."""
+    if math.prod(first_shape) != math.prod(second_shape):
+        return False
+    if isinstance(first, Strided) and isinstance(second, Strided) and first_shape == second_shape:
+        return math.prod(first_shape) == 0 or (first.offset == second.offset and all(
+            n == 1 or a == b for n, a, b in zip(first_shape, first.strides, second.strides)))
+    return bool(np.array_equal(materialise(first, first_shape).reshape(-1),
+                               materialise(second, second_shape).reshape(-1)))
+
+
 def materialise(layout: Layout, shape: Shape) -> np.ndarray:
     """The int64 id array of a layout, shaped ``shape``."""
     if isinstance(layout, np.ndarray):

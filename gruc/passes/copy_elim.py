@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from gruc.ir.effects import EffectTable
+from gruc.ir.layout import same_ids
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Program
 from gruc.ir.tensor import Tensor
@@ -42,7 +43,8 @@ __all__ = ["CopyElimination"]
 
 
 def _without_self_copies(node: Program) -> Program | None:
-    if isinstance(node, Copy) and np.array_equal(node.src.flat_ids(), node.dst.flat_ids()):
+    if isinstance(node, Copy) and same_ids(node.src.layout(), node.src.shape, node.dst.layout(),
+                                           node.dst.shape):
         return None
     return node
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gruc import FLOAT, Graph, GrucError, GrucIndexError, GrucShapeError, Target, concat
+from gruc.ir.layout import Strided, same_ids, strided_distinct, strided_view
 
 SMALL = Target.custom(tiles_per_ipu=16)
 
@@ -126,6 +127,43 @@ def test_random_view_chains_select_what_numpy_selects(shape, data):
         t, a = step(data, graph, t, a)
         assert t.shape == a.shape
     assert np.array_equal(t.ids(), a)
+
+
+@settings(deadline=None, max_examples=200)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
+def test_strided_shortcuts_answer_what_the_id_arrays_answer(shape, data):
+    """``same_ids``, ``strided_distinct`` and ``strided_view`` decide from offset and strides what
+    listing the ids would: checked on random view chains against the listed ids, pairing each
+    view with another chain's view and with itself shifted by one along a dimension (same shape
+    and strides, another offset — unless that dimension is a broadcast)."""
+    graph, t, a = fresh(tuple(shape))
+    views = []
+    for _ in range(2):
+        view, ids = t, a
+        for _ in range(data.draw(st.integers(0, 5), label="chain length")):
+            if view.num_elements > 2000:
+                break
+            view, ids = step(data, graph, view, ids)
+        views.append((view, ids))
+    first, first_ids = views[0]
+    long_dims = [k for k, n in enumerate(first.shape) if n >= 2]
+    if long_dims:
+        d = data.draw(st.sampled_from(long_dims))
+        index = [slice(None)] * first.rank
+        index[d] = slice(1, None)
+        views.append((first.slice(1, first.shape[d], d), first_ids[tuple(index)]))
+        index[d] = slice(0, -1)
+        first, first_ids = first.slice(0, first.shape[d] - 1, d), first_ids[tuple(index)]
+    for second, second_ids in views[1:] + [(first, first_ids)]:
+        expected = first_ids.size == second_ids.size and np.array_equal(
+            first_ids.reshape(-1), second_ids.reshape(-1))
+        assert same_ids(first.layout(), first.shape, second.layout(), second.shape) == expected
+    layout = first.layout()
+    if isinstance(layout, Strided):
+        flat = first_ids.reshape(-1)
+        assert strided_distinct(layout, first.shape) == (len(np.unique(flat)) == len(flat))
+        table = np.arange(flat.max(initial=0) + 1)  # table[id] == id
+        assert np.array_equal(strided_view(table, 0, layout, first.shape), first_ids)
 
 
 def test_views_alias_not_copy():

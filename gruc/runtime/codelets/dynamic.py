@@ -222,8 +222,8 @@ def _piece_tables(base_index, base_at, window_index, window_at, rows, window_row
 
 def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
     """The operands' element indices joined, and where each one's begin."""
-    sizes = [op.index.size for op in operands]
-    return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64),
+    sizes = [op.index.size for op in operands]  # lowering's indices are int64: no copy
+    return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64, copy=False),
             np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1])
 
 
