@@ -145,8 +145,7 @@ class MemoryPlan:
 
     def id_addresses(self, ids: np.ndarray, tile_stride: int | None = None) -> np.ndarray:
         """Byte address of each global element id in ``ids`` (int64); see :meth:`element_addresses`."""
-        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
-        return self._resolve(ids, 0, _NO_IDS, _NO_IDS, len(ids), tile_stride, 1)
+        return self._of_ids(ids, tile_stride, 1)
 
     def element_addresses(self, tensor: Tensor, tile_stride: int | None = None) -> np.ndarray:
         """Byte address of each element of ``tensor``'s flattened view, as int64:
@@ -165,7 +164,10 @@ class MemoryPlan:
             return self._resolve(_NO_IDS, layout.offset, np.array(tensor.shape, dtype=np.int64),
                                  np.array(layout.strides, dtype=np.int64), tensor.num_elements,
                                  tile_stride, unit)
-        ids = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1)
+        return self._of_ids(layout, tile_stride, unit)
+
+    def _of_ids(self, ids: np.ndarray, tile_stride: int | None, unit: int) -> np.ndarray:
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
         return self._resolve(ids, 0, _NO_IDS, _NO_IDS, len(ids), tile_stride, unit)
 
     def _resolve(self, ids: np.ndarray, offset: int, shape: np.ndarray, strides: np.ndarray,

@@ -113,12 +113,17 @@ class Segments:
     streaming: tuple[bool, ...]
 
 
+def streams(index: np.ndarray) -> bool:
+    """Whether an operand names more than one element (else it is one element, broadcast)."""
+    return index.size > 1 and not bool(np.all(index == index.flat[0]))
+
+
 def find_segments(out: np.ndarray, operands: list[np.ndarray]) -> Segments | None:
     """Split the element range into segments, or None if they would be too short to pay."""
     n = len(out)
     if n == 0:
         return None
-    streaming = tuple(not bool(np.all(op == op[0])) for op in operands)
+    streaming = tuple(streams(op) for op in operands)
     breaks = np.diff(out) != 1
     for op, moves in zip(operands, streaming):
         if moves:

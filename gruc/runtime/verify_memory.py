@@ -343,10 +343,16 @@ class _Deferred:
                  access: Access) -> None:
         self.regions, self.module, self.culprit, self.where, self.access = \
             regions, module, culprit, where, access
+        self.passed = False
+        """Set once the access checks out: resolving the pair from inside the check calls it
+        again, and the outer call then has nothing left to do."""
 
     def __call__(self, _: Operand) -> None:
+        if self.passed:
+            return
         if self.regions.first_bad(self.access) >= 0:
             _fail(self.regions, self.module, self.culprit, self.where, self.access)
+        self.passed = True
 
 
 def _fail(regions: Regions, module: Module, culprit: object, where: object,

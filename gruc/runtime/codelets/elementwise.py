@@ -20,7 +20,7 @@ from gruc.ir.graph import Vertex
 from gruc.runtime.cost import cycle_estimator, elementwise_cycles
 from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
 from gruc.runtime.kernels import (KERNEL_HEADER, SEGMENT_MIN_AVERAGE, find_segments, load_kernel,
-                                  numba_vertex, runs_by_address)
+                                  numba_vertex, runs_by_address, streams)
 from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
@@ -188,8 +188,7 @@ def _run_table(index: np.ndarray) -> np.ndarray:
 def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...]) -> Prepared | None:
     """The kernel of :func:`staged_kernel_source` with its run tables and staging arrays; None
     if the operands' own runs are too short to pay (scattered element by element)."""
-    streaming = [op.index.size > 1 and not bool(np.all(op.index == op.index.reshape(-1)[0]))
-                 for op in operands]
+    streaming = [streams(op.index) for op in operands]
     tables = [_run_table(op.index if moves else op.index.reshape(-1)[:1])
               for op, moves in zip(operands, streaming)]
     out_runs = _run_table(out.index)
