@@ -2,7 +2,9 @@
 
 Each case is built so that the fast path is taken *and* could go wrong: a weights operand kept
 between steps while the host or a step rewrites it, slice vertices grouped into one kernel whose
-rows are not contiguous, copies moved as runs whose source and destination overlap.
+rows are not contiguous, copies moved as runs whose source and destination overlap, a sequence's
+input projections tabled while the host rewrites the sequence or a step rewrites the weights,
+products stacked for a sequence that a step copies every iteration.
 """
 
 from __future__ import annotations
@@ -277,3 +279,130 @@ def test_runs_are_found_along_the_operand_or_along_a_transposed_host_layout():
     partial_sums = np.arange(8, dtype=np.int64) % 4  # two partials summed into four positions
     bases, positions, lengths = runs_by_address(np.arange(8, dtype=np.int64) + 100, partial_sums)
     assert (bases.tolist(), positions.tolist(), lengths.tolist()) == ([100, 104], [0, 0], [4, 4])
+
+
+def sequence_loop(kind: str, touch: str = "nothing", trips: int = 6, rows: int = 8):
+    """A loop over a host-written counter, ``trips`` steps, slicing ``x`` ``[rows, 4, 256]`` and
+    storing a product with ``w`` into ``out`` ``[rows, 4, 24]``; k = 256 is split over the tiles,
+    so the product is a fused (partials, reduction) pair.  ``kind``:
+
+    * ``projection``: ``out[t] = x[t] @ w + 0.5`` — a sliced sequence's input projection (the
+      pattern :class:`~gruc.runtime.codelets.sequence_products.SequenceProjection` tables);
+    * ``stored``: ``out[t] = (2 x[t]) @ w`` — a product only the update step reads (the pattern
+      :class:`~gruc.runtime.codelets.sequence_products.StoredProducts` stacks).
+
+    ``touch``: nothing, ``weights`` (the loop scales ``w`` after each store) or ``snapshot`` (the
+    loop copies ``out`` after each store)."""
+    from gruc.ops.matmul import mat_mul
+
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (rows, 4, 256), "x")
+    g.set_tile_mapping(x, TileMapping.from_element_tiles(np.tile(np.arange(16).repeat(64),
+                                                                 (rows, 1))))
+    w = create_mat_mul_input_rhs(g, FLOAT, (4, 256), (256, 24), "w")
+    out = g.add_variable(FLOAT, (rows, 4, 24), "out")
+    g.set_tile_mapping(out, TileMapping.from_element_tiles(np.tile(np.arange(12).repeat(8),
+                                                                   (rows, 1))))
+    snapshot = g.clone(out, "snapshot")
+    counter = g.add_variable(INT, (1,), "counter")
+    g.set_tile_mapping(counter, 5)
+    body = Sequence()
+    x_t = dynamic_slice(g, x, counter, [0], [1], body, "slice")
+    if kind == "stored":
+        doubled = g.clone(x_t, "doubled")
+        map_with_output(g, _1 * Const(2.0), [x_t], doubled, body)
+        x_t = doubled
+    product = mat_mul(g, x_t.reshape([4, 256]), w, body, name="product")
+    if kind == "projection":
+        map_in_place(g, _1 + Const(0.5), [product], body)
+    dynamic_update(g, out, product.reshape([1, 4, 24]), counter, [0], [1], body, "store")
+    if touch == "weights":
+        map_in_place(g, _1 * Const(0.5), [w], body)
+    elif touch == "snapshot":
+        body.add(Copy(out, snapshot))
+    map_in_place(g, _1 + Const(1), [counter], body)
+    for name, tensor in (("x", x), ("w", w), ("out", out), ("snapshot", snapshot),
+                         ("counter", counter)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("out", out)
+    g.create_host_read("snapshot", snapshot)
+    return g, Repeat(trips, body)
+
+
+def three_engines(g, program, monkeypatch, fast_path: str):
+    """The numba engine, the numba engine without ``fast_path`` (a name in the matmul codelets)
+    and the numpy definition."""
+    from gruc.runtime.codelets import matmul
+
+    fast = Engine(g, program)
+    reference = Engine(g, program, backend="numpy")
+    monkeypatch.setattr(matmul, fast_path, lambda *args: None)
+    return fast, Engine(g, program), reference
+
+
+def check_sequence_loop(engines, rng, start: int, expected=None) -> None:
+    """Two runs from counter ``start``, each with a new ``x`` from the host: the fast engine's
+    ``out`` and ``snapshot`` bit for bit those of the engine without the fast path, close to the
+    definition's, and the stored rows close to ``expected(x, w)`` if given."""
+    w = rng.uniform(-1, 1, (256, 24))
+    for _ in range(2):
+        x = rng.uniform(-1, 1, (8, 4, 256))
+        results = []
+        for engine in engines:
+            for name, value in (("x", x), ("w", w), ("out", np.zeros((8, 4, 24))),
+                                ("snapshot", np.zeros((8, 4, 24))),
+                                ("counter", np.array([start]))):
+                engine.write_tensor(name, value)
+            engine.run(0)
+            results.append([engine.read_tensor(name) for name in ("out", "snapshot")])
+        for name, fast, own, definition in zip(("out", "snapshot"), *results):
+            np.testing.assert_array_equal(fast, own, err_msg=name)
+            np.testing.assert_allclose(fast, definition, rtol=1e-5, atol=1e-5, err_msg=name)
+        if expected is not None:
+            stop = min(start + 6, 8)
+            np.testing.assert_allclose(results[0][0][start:stop], expected(x[start:stop], w),
+                                       rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("touch, start", [("nothing", 0), ("nothing", 4), ("weights", 0)])
+def test_sliced_sequence_projections_come_from_tables_with_the_steps_own_bits(
+        touch, start, rng, monkeypatch):
+    """Tabled rows are bit for bit the step's own product; a new sequence from the host gets a
+    new table; offsets past the end (start 4: steps 8 and 9 slice nothing) and weights that
+    change every step fall back to the step's own product."""
+    from gruc.runtime.codelets import sequence_products
+
+    refills = []
+    original = sequence_products.SequenceProjection._refill
+    monkeypatch.setattr(sequence_products.SequenceProjection, "_refill",
+                        lambda self, *args: refills.append(original(self, *args)) or refills[-1])
+    g, program = sequence_loop("projection", touch)
+    engines = three_engines(g, program, monkeypatch, "sequence_projection")
+    check_sequence_loop(engines, rng, start,
+                        (lambda x, w: x @ w + 0.5) if touch == "nothing" else None)
+    # a table per run; with weights changing every step the second table goes unused: no more
+    assert refills == ([True, False] if touch == "weights" else [True, True])
+
+
+@pytest.mark.parametrize("touch, start, stack", [
+    ("nothing", 0, 1 << 20), ("nothing", 4, 1 << 20), ("nothing", 0, 14000),
+    ("weights", 0, 1 << 20), ("snapshot", 0, 1 << 20)])
+def test_products_stored_into_a_sequence_are_stacked_with_the_steps_own_bits(
+        touch, start, stack, rng, monkeypatch):
+    """Stacked products land bit for bit where the step's own would, in step order, before any
+    step sees the sequence (a snapshot each step), with the weights each was stacked under;
+    offsets past the end store nothing; a stack of 14 kB holds 3 steps (several flushes)."""
+    from gruc.runtime.codelets import sequence_products
+
+    flushes = []
+    original = sequence_products.StoredProducts.flush
+    monkeypatch.setattr(sequence_products, "STACK_BYTES", stack)
+    monkeypatch.setattr(sequence_products.StoredProducts, "flush",
+                        lambda self, memory: flushes.append(self.count) or original(self, memory))
+    g, program = sequence_loop("stored", touch)
+    engines = three_engines(g, program, monkeypatch, "stored_products")
+    check_sequence_loop(engines, rng, start,
+                        (lambda x, w: 2 * x @ w) if touch != "weights" else None)
+    stacked_steps = [count for count in flushes if count]
+    assert sum(stacked_steps) == 12  # every step's product, over two runs, stored exactly once
+    assert max(stacked_steps) == {"nothing": 3 if stack < 1 << 20 else 6}.get(touch, 1)
