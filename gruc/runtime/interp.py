@@ -34,9 +34,8 @@ class RunHooks:
     step_counts: np.ndarray
     """Executions of each step so far (they only grow): watched to tell whether a step ran."""
     before_step: dict[int, list[Prepared]] = field(default_factory=dict)
-    """Callables run before an Execute, Copy or mark (``WriteUndef``, ``Sync``) step, by step
-    number (e.g. to write back a value a kernel kept on the host, before a step that touches its
-    tensor or declares it dead)."""
+    """Callables run before an Execute or Copy step, by step number (e.g. to write back a value a
+    kernel kept on the host, before a step that touches its tensor)."""
     after_run: list[Prepared] = field(default_factory=list)
     """Callables run when a program finishes: device memory is complete between runs."""
 
@@ -154,7 +153,5 @@ class Interpreter:
                 self.printed.append((item.label, self.memory.read(item.operand).copy()))
             elif kind is MarkStep:
                 self.step_counts[item.step] += 1
-                for run in self.hooks.before_step.get(item.step, ()):
-                    run(self.memory)
             else:
                 self.block(item)  # a nested Block

@@ -30,7 +30,6 @@ from numba import njit
 
 from gruc.runtime import fastmath
 from gruc.runtime.interp import PrepareExecutable, PrepareVertex
-from gruc.runtime.lower import Block, Branch, Executable, Loop, WhileLoop
 
 
 class VertexTable(dict):
@@ -65,23 +64,6 @@ def numba_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
         return fn
 
     return register
-
-
-def executable_blocks(executable: Executable):
-    """Every Block of the executable's programs and functions, nested ones included (for hooks
-    that look for patterns across the steps of a block)."""
-    stack = list(executable.programs) + list(executable.functions)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Block):
-            yield item
-            stack.extend(item.items)
-        elif isinstance(item, Loop):
-            stack.append(item.body)
-        elif isinstance(item, WhileLoop):
-            stack.extend((item.condition, item.body))
-        elif isinstance(item, Branch):
-            stack.extend((item.then, item.otherwise))
 
 
 def numba_executable_hook(fn: PrepareExecutable) -> PrepareExecutable:

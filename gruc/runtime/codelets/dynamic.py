@@ -163,7 +163,7 @@ def _move_rows(data, offset_data, offset_index, rows, row_pieces, window_pieces,
 
 
 @njit(cache=True, nogil=True)
-def piece_tables(base_index, base_at, window_index, window_at, rows, window_rows,
+def _piece_tables(base_index, base_at, window_index, window_at, rows, window_rows,
                   columns):  # pragma: no cover (compiled)
     """The pieces of every vertex of a group: a new piece starts at a column where some base row
     or window row stops being consecutive.  Returns the width of each piece, the first piece of
@@ -220,14 +220,14 @@ def piece_tables(base_index, base_at, window_index, window_at, rows, window_rows
     return widths, width_start, base_pieces, base_start, window_pieces, window_start
 
 
-def flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
+def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
     """The operands' element indices joined, and where each one's begin."""
     sizes = [op.index.size for op in operands]  # lowering's indices are int64: no copy
     return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64, copy=False),
             np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1])
 
 
-def rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
+def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
                 width_start: np.ndarray) -> np.ndarray:
     """The base-piece table of vertices with ``rows`` rows each, row by row across all of them:
     entry ``(r, p)`` is piece ``p`` (numbered across the group) of row ``r``."""
@@ -244,12 +244,12 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     bases = [v.fields["base"] for v in vertices]
     windows = [v.fields[window_field] for v in vertices]
     offsets = [v.fields["offset"] for v in vertices]
-    base_index, base_at = flat_indices(bases)
-    window_index, window_at = flat_indices(windows)
+    base_index, base_at = _flat_indices(bases)
+    window_index, window_at = _flat_indices(windows)
     columns = np.array([b.shape[-1] for b in bases], np.int64)
     rows = np.array([math.prod(b.shape[:-1]) for b in bases], np.int64)
     window_count = np.array([math.prod(w.shape[:-1]) for w in windows], np.int64)
-    widths, width_start, base_pieces, base_start, window_pieces, window_start = piece_tables(
+    widths, width_start, base_pieces, base_start, window_pieces, window_start = _piece_tables(
         base_index, base_at, window_index, window_at, rows, window_count, columns)
     dim_start = np.cumsum([0] + [len(b.shape) - 1 for b in bases], dtype=np.int64)
     dim_sizes = np.concatenate([b.shape[:-1] for b in bases]).astype(np.int64)
@@ -261,7 +261,7 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     one_row_each = len(dim_sizes) == len(vertices) and np.all(window_sizes == 1)
     if one_row_each and dim_sizes[0] > 0 and np.all(dim_sizes == dim_sizes[0]) \
             and np.all(offset_index == offset_index[0]):  # one sliced dim, one offset
-        row_pieces = rows_table(int(dim_sizes[0]), base_pieces, base_start, width_start)
+        row_pieces = _rows_table(int(dim_sizes[0]), base_pieces, base_start, width_start)
         offset, count = int(offset_index[0]), int(dim_sizes[0])
 
         def run_rows(memory: DeviceMemory) -> None:

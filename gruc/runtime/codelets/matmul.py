@@ -45,13 +45,11 @@ from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
-from gruc.runtime.codelets.sequence_products import (SequenceProjection, sequence_projection,
-                                                     stored_products)
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
-from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, executable_blocks,
-                                  numba_executable_hook, numba_vertex, runs_by_address)
-from gruc.runtime.lower import (Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
-                                LoweredVertex, Operand, PrintStep, WhileLoop)
+from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
+                                  numba_vertex, runs_by_address)
+from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
+                                Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
 from gruc.target import Target
 from gruc.types import FLOAT, HALF
 
@@ -255,9 +253,9 @@ class _Operands:
                        Unchanged(vertex.fields[name], executable, step_counts, step), host)
                       for name, host in (("a", self.a), ("b", self.b))]
 
-    def gather(self, memory: DeviceMemory, names: str = "ab") -> None:
-        for name, (transfer, unchanged, host) in zip("ab", self.moves):
-            if name in names and not unchanged(memory):
+    def gather(self, memory: DeviceMemory) -> None:
+        for transfer, unchanged, host in self.moves:
+            if not unchanged(memory):
                 transfer.read(memory, host)
 
 
@@ -328,9 +326,25 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
 # neither scattered to tile memory nor gathered back.  The partials' tile memory is left as it
 # was, which nothing can observe (checked below, by variable: the memory plan may give the
 # partials' addresses to other tensors at other times, and those are written before being read).
+def _blocks(executable: Executable):
+    """Every Block of the executable's programs and functions, nested ones included."""
+    stack = list(executable.programs) + list(executable.functions)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Block):
+            yield item
+            stack.extend(item.items)
+        elif isinstance(item, Loop):
+            stack.append(item.body)
+        elif isinstance(item, WhileLoop):
+            stack.extend((item.condition, item.body))
+        elif isinstance(item, Branch):
+            stack.extend((item.then, item.otherwise))
+
+
 def _predicates(executable: Executable) -> list[Operand]:
     found = []
-    for block in executable_blocks(executable):
+    for block in _blocks(executable):
         found.extend(item.predicate for item in block.items
                      if isinstance(item, (WhileLoop, Branch)))
     return found
@@ -346,7 +360,7 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
     """(partials, reduce) vertex pairs whose float partials only that reduce, in the step right
     after the partials' step of the same block, ever reads."""
     candidates = []
-    for block in executable_blocks(executable):
+    for block in _blocks(executable):
         for first, second in zip(block.items, block.items[1:]):
             if not (isinstance(first, ExecuteStep) and isinstance(second, ExecuteStep)):
                 continue
@@ -407,49 +421,31 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
         pairs = kept
 
 
-class _Product:
-    """A fused product's ``[G, M, N]`` value as its reduction reads it (``value``): ``buffer``,
-    where BLAS writes it, or this step's rows of a :class:`SequenceProjection` table."""
-
-    def __init__(self, shape: tuple[int, int, int]) -> None:
-        self.buffer = np.empty(shape, F32)
-        self.value = self.buffer
-
-
-def _fused_product(operands: _Operands, product: _Product,
-                   projection: SequenceProjection | None) -> Prepared:
-    """The partials vertex's replacement: the whole product over k, from the projection's table
-    when it has this step's rows."""
+def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
+    """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product."""
 
     def run(memory: DeviceMemory) -> None:
-        if projection is not None:
-            operands.gather(memory, "b")
-            rows = projection.rows_at(memory, operands.b)
-            if rows is not None:
-                product.value = rows
-                return
         operands.gather(memory)
-        np.matmul(operands.a, operands.b, out=product.buffer)
-        product.value = product.buffer
+        np.matmul(operands.a, operands.b, out=product)
 
     return run
 
 
-def _fused_reduce(consumer: LoweredVertex, product: _Product) -> Prepared:
+def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
     """The reduction's replacement: the output (scaled and accumulated for ``MatMulReduceAcc``)
-    from the product, the sum over k already taken."""
+    from ``product``, the sum over k already taken."""
     out, _, scale, k = _reduce_parts(consumer)
     o_io = Transfer(out)
     if consumer.kind != "MatMulReduceAcc":
-        return lambda memory: o_io.write(memory, product.value)
+        return lambda memory: o_io.write(memory, product)
     if out.dtype is FLOAT:
-        return lambda memory: o_io.add_scaled(memory, product.value, _factor(memory, scale, k))
-    current = np.empty_like(product.buffer)
-    total = np.empty_like(product.buffer)
+        return lambda memory: o_io.add_scaled(memory, product, _factor(memory, scale, k))
+    current = np.empty_like(product)
+    total = np.empty_like(product)
 
     def run(memory: DeviceMemory) -> None:
         o_io.read(memory, current)
-        np.multiply(product.value, _factor(memory, scale, k), out=total)
+        np.multiply(product, _factor(memory, scale, k), out=total)
         np.add(current, total, out=current)
         o_io.write(memory, current)
 
@@ -631,16 +627,6 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
     prepared: dict[int, Prepared] = {}
     for members in _same_accumulator(accumulating):
         prepared.update(_kept_accumulation(members, executable, hooks))
-    # A product only stored into a sequence is taken with its update step (whose window group,
-    # prepared by the dynamic codelets' hook registered before this one, it replaces).
-    gathered = {id(producer): _Operands(producer, steps[id(producer)], executable,
-                                        hooks.step_counts)
-                for producer, _ in pairs if id(producer) not in prepared}
-    for producer, consumer in pairs:
-        if id(producer) in gathered:
-            prepared.update(stored_products(executable, hooks, (producer, steps[id(producer)]),
-                                            (consumer, steps[id(consumer)]),
-                                            gathered[id(producer)]) or {})
     for leaf in executable.leaves:
         if not isinstance(leaf, ExecuteStep):
             continue
@@ -648,15 +634,13 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
             if vertex.kind != "MatMulPartials" or id(vertex) in prepared:
                 continue
             consumer = fused.get(id(vertex))
-            operands = gathered.get(id(vertex)) or _Operands(vertex, leaf.step, executable,
-                                                             hooks.step_counts)
+            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
             if consumer is None:
                 prepared[id(vertex)] = _partials(vertex, operands)
                 continue
             G, M, _, N = blocking_of(vertex.vertex).shape
-            product = _Product((G, M, N))
-            projection = sequence_projection(executable, hooks, leaf.step, vertex)
-            prepared[id(vertex)] = _fused_product(operands, product, projection)
+            product = np.empty((G, M, N), F32)
+            prepared[id(vertex)] = _fused_product(operands, product)
             prepared[id(consumer)] = _fused_reduce(consumer, product)
     return prepared
 
