@@ -16,7 +16,7 @@ from typing import Iterable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import Strided, strided_view
+from gruc.ir.layout import ConcatOp, Strided, strided_view
 from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue,
                              WriteUndef)
 from gruc.ir.tensor import Tensor
@@ -42,35 +42,34 @@ NO_EFFECT = Effect(frozenset(), frozenset(), frozenset(), frozenset())
 
 
 class _Elements:
-    """The elements ``tensors`` name, per variable index: as ranges of ids where a tensor is one
-    run of a single variable, as strided views of one variable, and as id arrays otherwise.  Steps
-    name thousands of small views (a per-tile vertex's fields), nearly all runs or strided slices;
-    finding their variable from the view's sources and marking their elements through a strided
-    view (:func:`~gruc.ir.layout.strided_view`) avoids materialising and searching every element
-    id — the views over a long sequence tensor name tens of millions."""
+    """The elements ``tensors`` name, per variable index.  Steps name thousands of small views (a
+    per-tile vertex's fields), nearly all runs, strided slices or concatenations of those, of one
+    variable: a concatenation is taken as its parts, and a view of one variable is filed under
+    it from its sources, without materialising and searching its element ids (the views over a
+    long sequence tensor name tens of millions).  Only a view over several variables is resolved
+    by its ids.  Whether the views cover a variable (:meth:`fully_covered`) walks them as ranges
+    of ids where a view is one run, through strided views (:func:`~gruc.ir.layout.strided_view`)
+    where it is strided, and by its ids otherwise."""
 
     def __init__(self, graph: Graph, tensors: Iterable[Tensor]) -> None:
         self.graph = graph
-        self.ranges: dict[int, list[tuple[int, int]]] = {}
-        self.strided: dict[int, list[Tensor]] = {}
+        self.views: dict[int, list[Tensor]] = {}
         self.ids: dict[int, list[np.ndarray]] = {}
         mixed = []
-        for tensor in tensors:
-            n = tensor.num_elements
-            if not n:
+        pending = list(tensors)
+        pending.reverse()
+        while pending:
+            tensor = pending.pop()
+            if not tensor.num_elements:
+                continue
+            if isinstance(tensor.op, ConcatOp):
+                pending.extend(reversed(tensor.sources))
                 continue
             variables = tensor.variables()
-            if len(variables) != 1:
-                mixed.append(tensor.flat_ids())
-                continue
-            index = variables[0].index
-            start = tensor.contiguous_start()
-            if start is not None:
-                self.ranges.setdefault(index, []).append((start, start + n))
-            elif isinstance(tensor.layout(), Strided):
-                self.strided.setdefault(index, []).append(tensor)
+            if len(variables) == 1:
+                self.views.setdefault(variables[0].index, []).append(tensor)
             else:
-                self.ids.setdefault(index, []).append(tensor.flat_ids())
+                mixed.append(tensor.flat_ids())
         if mixed:
             ids = np.concatenate(mixed)
             owners = graph.variable_of_id(ids)
@@ -81,7 +80,7 @@ class _Elements:
                 self.ids.setdefault(v, []).append(part)
 
     def variables(self) -> frozenset[int]:
-        return frozenset(self.ranges) | frozenset(self.strided) | frozenset(self.ids)
+        return frozenset(self.views) | frozenset(self.ids)
 
     def fully_covered(self) -> frozenset[int]:
         """Variables every element of which is named."""
@@ -90,10 +89,18 @@ class _Elements:
     def _covers(self, v: int) -> bool:
         variable = self.graph.variables[v]
         first, count = variable.first_id, variable.num_elements
-        ranges = sorted(self.ranges.get(v, ()))
-        if v not in self.ids and v not in self.strided:  # merge the runs: do they leave no gap?
+        ranges, strided, ids = [], [], list(self.ids.get(v, ()))
+        for tensor in self.views.get(v, ()):
+            start = tensor.contiguous_start()
+            if start is not None:
+                ranges.append((start, start + tensor.num_elements))
+            elif isinstance(tensor.layout(), Strided):
+                strided.append(tensor)
+            else:
+                ids.append(tensor.flat_ids())
+        if not ids and not strided:  # merge the runs: do they leave no gap?
             reached = first
-            for begin, end in ranges:
+            for begin, end in sorted(ranges):
                 if begin > reached:
                     return False
                 reached = max(reached, end)
@@ -101,10 +108,10 @@ class _Elements:
         named = np.zeros(count, dtype=bool)
         for begin, end in ranges:
             named[begin - first:end - first] = True
-        for tensor in self.strided.get(v, ()):
+        for tensor in strided:
             strided_view(named, first, tensor.layout(), tensor.shape)[...] = True
-        for ids in self.ids.get(v, ()):
-            named[ids - first] = True
+        for part in ids:
+            named[part - first] = True
         return bool(named.all())
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -177,8 +178,11 @@ class Graph:
 
     def _check_tiles(self, tiles: np.ndarray, what: str) -> None:
         if len(tiles) and (tiles.min() < 0 or tiles.max() >= self.target.num_tiles):
-            bad = int(tiles.min() if tiles.min() < 0 else tiles.max())
-            raise GrucIndexError(f"{what}: tile {bad} does not exist on {self.target.describe()} "
+            self._check_tile(int(tiles.min() if tiles.min() < 0 else tiles.max()), what)
+
+    def _check_tile(self, tile: int, what: str) -> None:
+        if not 0 <= tile < self.target.num_tiles:
+            raise GrucIndexError(f"{what}: tile {tile} does not exist on {self.target.describe()} "
                                  f"(allowed 0..{self.target.num_tiles - 1})")
 
     def set_tile_mapping(self, tensor: Tensor,
@@ -188,19 +192,28 @@ class Graph:
         ``mapping`` is a tile number, a :class:`TileMapping` over the tensor's flattened elements,
         or Poplar's form: one list of ``(begin, end)`` intervals per tile.
         """
-        ids = self._own(tensor).flat_ids()
+        count = self._own(tensor).num_elements
         if isinstance(mapping, (int, np.integer)) and not isinstance(mapping, (bool, np.bool_)):
-            tiles = np.full(len(ids), int(mapping), dtype=np.int64)
+            tiles = int(mapping)
+            if count:
+                self._check_tile(tiles, "set_tile_mapping")
         else:
             if not isinstance(mapping, TileMapping):
-                mapping = TileMapping.from_per_tile(mapping, len(ids))
-            expect(mapping.num_elements == len(ids), GrucMappingError,
-                   f"mapping covers {mapping.num_elements} elements but the tensor has {len(ids)}")
-            tiles = mapping.element_tiles()
-            expect(bool(np.all(tiles != UNMAPPED)), GrucMappingError,
-                   f"mapping leaves {int(np.sum(tiles == UNMAPPED))} of {len(ids)} elements unmapped")
-        self._check_tiles(tiles, "set_tile_mapping")
-        self._tile_of_id[ids] = tiles
+                mapping = TileMapping.from_per_tile(mapping, count)
+            expect(mapping.num_elements == count, GrucMappingError,
+                   f"mapping covers {mapping.num_elements} elements but the tensor has {count}")
+            lengths = mapping.ends - mapping.begins
+            run_tiles = mapping.tiles[lengths > 0]  # the tiles the elements get
+            if np.any(run_tiles == UNMAPPED):
+                unmapped = int(lengths[mapping.tiles == UNMAPPED].sum())
+                raise GrucMappingError(f"mapping leaves {unmapped} of {count} elements unmapped")
+            self._check_tiles(run_tiles, "set_tile_mapping")
+            tiles = np.repeat(mapping.tiles.astype(self._tile_of_id.dtype), lengths)
+        start = tensor.contiguous_start()
+        if start is None:
+            self._tile_of_id[tensor.flat_ids()] = tiles
+        else:  # one run of ids: written without listing them
+            self._tile_of_id[start:start + count] = tiles
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements."""
@@ -208,15 +221,18 @@ class Graph:
 
     def element_tiles(self, tensor: Tensor) -> np.ndarray:
         """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""
-        start = self._own(tensor).contiguous_start()
-        if start is None:
-            layout = tensor.layout()
-            if isinstance(layout, Strided):
-                return strided_view(self._tile_of_id, 0, layout, tensor.shape).reshape(-1)
-            return self._tile_of_id[layout.reshape(-1)]
-        tiles = self._tile_of_id[start:start + tensor.num_elements]
-        tiles.flags.writeable = False
-        return tiles
+        return self.element_tile_view(tensor).reshape(-1)
+
+    def element_tile_view(self, tensor: Tensor) -> np.ndarray:
+        """The tile of every element of ``tensor``, shaped like it: where the view is strided, a
+        read-only view of the tile table (nothing copied: a check over a long sequence's views
+        reads each tile once), else gathered by the view's ids."""
+        layout = self._own(tensor).layout()
+        if isinstance(layout, Strided):
+            tiles = strided_view(self._tile_of_id, 0, layout, tensor.shape)
+            tiles.flags.writeable = False
+            return tiles
+        return self._tile_of_id[layout]
 
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """The tile of each global element id."""
@@ -327,19 +343,20 @@ class Graph:
                 connected[name] = tuple(self._own(t) for t in value)
             else:
                 connected[name] = self._own(value)
+        # (conditions first, messages only on failure: vertices are added by the thousand)
         unknown = set(fields) - set(kind.fields)
-        expect(not unknown, GrucValueError,
-               f"vertex {kind.name} has no field(s) {sorted(unknown)}; fields: {', '.join(kind.fields)}")
-        missing = [p for p in kind.params if p not in params]
-        extra = [p for p in params if p not in kind.params]
-        expect(not missing and not extra, GrucValueError,
-               f"vertex {kind.name} takes parameters {list(kind.params)}; got {sorted(params)}")
+        if unknown:
+            raise GrucValueError(f"vertex {kind.name} has no field(s) {sorted(unknown)}; "
+                                 f"fields: {', '.join(kind.fields)}")
+        if any(p not in params for p in kind.params) or any(p not in kind.params for p in params):
+            raise GrucValueError(f"vertex {kind.name} takes parameters {list(kind.params)}; "
+                                 f"got {sorted(params)}")
         if tile is None:
             expect(kind.split is not None, GrucValueError,
                    f"vertex {kind.name} is not elementwise: give it a tile")
         else:
             tile = as_int(tile, f"vertex {kind.name} tile")
-            self._check_tiles(np.array([tile]), f"vertex {kind.name}")
+            self._check_tile(tile, f"vertex {kind.name}")
         vertex = Vertex(kind, connected, dict(params), None if tile is None else int(tile))
         if kind.check is not None:
             kind.check(vertex)

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, Layout, ReshapeOp, ReverseOp,
                             Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_start,
-                            contiguous_strides, materialise)
+                            contiguous_strides, materialise, strided_distinct)
+from gruc.ir.mapping import distinct
 from gruc.types import DType
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 def as_int(value: object, what: str) -> int:
     """``value`` as a Python int; a float, a bool or a string is refused rather than truncated
     (``int(2.5)`` would silently make a size 2), naming ``what`` it was meant to be."""
+    if type(value) is int:
+        return value
     if isinstance(value, (bool, np.bool_)):
         raise GrucTypeError(f"{what} must be an integer, got {value!r}")
     try:
@@ -60,10 +64,19 @@ def _as_shape(shape: Iterable[int], what: str = "shape") -> Shape:
     return result
 
 
+class _Unknown:
+    """The type of :data:`UNKNOWN`."""
+
+
+UNKNOWN = _Unknown()
+"""A cached answer not computed yet (where None is an answer)."""
+
+
 class Tensor:
     """A view of graph elements with a shape and an element type."""
 
-    __slots__ = ("graph", "shape", "dtype", "op", "sources", "_layout", "__weakref__")
+    __slots__ = ("graph", "shape", "dtype", "op", "sources", "_layout", "_start", "_variables",
+                 "__weakref__")
 
     def __init__(self, graph: "Graph", shape: Shape, dtype: DType, op: ViewOp | None,
                  sources: tuple["Tensor", ...]) -> None:
@@ -73,6 +86,8 @@ class Tensor:
         self.op = op
         self.sources = sources
         self._layout: Layout | None = None
+        self._start: int | None | _Unknown = UNKNOWN
+        self._variables: tuple[Variable, ...] | None = None
 
     # ---- construction of views -------------------------------------------------------------
     @staticmethod
@@ -99,10 +114,8 @@ class Tensor:
                                            as_ints(end, "slice end")), [self])
         begin, end = as_int(begin, "slice begin"), as_int(end, "slice end")
         self._check_dim(dim, "slice")
-        begins = [0] * self.rank
-        ends = list(self.shape)
-        begins[dim], ends[dim] = begin, end
-        return self.apply_view(SliceOp(tuple(begins), tuple(ends)), [self])
+        return self.apply_view(SliceOp((0,) * dim + (begin,) + (0,) * (self.rank - dim - 1),
+                                       self.shape[:dim] + (end,) + self.shape[dim + 1:]), [self])
 
     def __getitem__(self, key) -> "Tensor":
         """numpy-style basic indexing: ints, slices (any step) and ``...`` are accepted."""
@@ -292,20 +305,44 @@ class Tensor:
         return self.ids().reshape(-1)
 
     def contiguous_start(self) -> int | None:
-        """First global id if the view is one run of consecutive ids (row-major), else None."""
-        return contiguous_start(self.layout(), self.shape)
+        """First global id if the view is one run of consecutive ids (row-major), else None
+        (cached: every analysis of a step asks it of the same operands)."""
+        if self._start is UNKNOWN:
+            self._start = contiguous_start(self.layout(), self.shape)
+        return self._start
+
+    def has_repeats(self) -> bool:
+        """Whether some element appears twice (a broadcast or overlapping view).  Decided from the
+        layout where it tells (one run of ids; strides, :func:`~gruc.ir.layout.strided_distinct`)
+        and, for a concatenation of non-overlapping slices of one tensor that has no repeats (a
+        dynamic slice's per-tile column pick), without listing the concatenation's ids."""
+        if isinstance(self.op, ConcatOp):
+            sliced = _disjoint_slices_of(self.sources)
+            if sliced is not None and not sliced.has_repeats():
+                return False
+        if self.contiguous_start() is not None:
+            return False
+        layout = self.layout()
+        if isinstance(layout, Strided):
+            return not strided_distinct(layout, self.shape)
+        return len(distinct(layout.reshape(-1))) != layout.size
 
     def variables(self) -> list["Variable"]:
-        """The variables this view reads from, in first-use order, without repeats."""
-        seen: dict[int, Variable] = {}
-        stack: list[Tensor] = [self]
-        while stack:
-            t = stack.pop()
-            if isinstance(t, Variable):
-                seen.setdefault(id(t), t)
+        """The variables this view reads from, in first-use order, without repeats (cached, and
+        made from the sources' answers: views of one variable share most of their sources)."""
+        return list(self._variable_tuple())
+
+    def _variable_tuple(self) -> tuple["Variable", ...]:
+        if self._variables is None:
+            if len(self.sources) == 1:
+                self._variables = self.sources[0]._variable_tuple()
             else:
-                stack.extend(reversed(t.sources))
-        return list(seen.values())
+                seen: dict[int, Variable] = {}
+                for source in self.sources:
+                    for variable in source._variable_tuple():
+                        seen.setdefault(id(variable), variable)
+                self._variables = tuple(seen.values())
+        return self._variables
 
     def _check_dim(self, dim: int, what: str) -> None:
         dim = as_int(dim, f"{what} dimension")
@@ -339,6 +376,8 @@ class Variable(Tensor):
         self.first_id = first_id
         self.constant = constant
         self._layout = Strided(first_id, contiguous_strides(shape))
+        self._start = first_id
+        self._variables = (self,)
 
     @property
     def is_constant(self) -> bool:
@@ -347,6 +386,26 @@ class Variable(Tensor):
     def __repr__(self) -> str:
         kind = "const" if self.is_constant else "var"
         return f"<{kind} {self.name!r} {self.dtype}{list(self.shape)}>"
+
+
+MAX_COMPARED_SLICES = 16
+"""Concatenations of more slices than this are checked by their ids (pairs grow quadratically)."""
+
+
+def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
+    """The tensor ``parts`` are slices of, if they are slices of one tensor and no two overlap
+    (compared box by box: a few parts are); else None."""
+    source = parts[0].sources[0] if parts[0].sources else None
+    if source is None or len(parts) > MAX_COMPARED_SLICES or not all(
+            isinstance(part.op, SliceOp) and part.sources[0] is source for part in parts):
+        return None
+    boxes = [(part.op.begin, part.op.end) for part in parts]
+    for k, (begin, end) in enumerate(boxes):
+        for other_begin, other_end in boxes[:k]:
+            if all(b < other_e and other_b < e for b, e, other_b, other_e in
+                   zip(begin, end, other_begin, other_end)):
+                return None
+    return source
 
 
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -27,12 +27,11 @@ import numpy as np
 
 from gruc.errors import GrucError, GrucProgramError, GrucVerifyError
 from gruc.ir.effects import EffectTable
-from gruc.ir.mapping import distinct
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import Strided, strided_distinct
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor
+from gruc.ir.vertices import Direction
 
 CONTEXT_LINES = 3
 
@@ -94,14 +93,7 @@ class _Verifier:
                                    f"{var.dtype}{list(var.shape)}, which is not fully mapped to tiles")
 
     def no_repeats(self, culprit: object, tensor: Tensor, role: str) -> None:
-        if tensor.contiguous_start() is not None:
-            return  # one run of consecutive ids
-        layout = tensor.layout()
-        if isinstance(layout, Strided):
-            repeats = not strided_distinct(layout, tensor.shape)
-        else:
-            repeats = len(distinct(layout.reshape(-1))) != layout.size
-        if repeats:
+        if tensor.has_repeats():
             self.fail(culprit, f"{role} writes some elements more than once (it is a broadcast "
                                "or overlapping view)")
 
@@ -132,9 +124,11 @@ class _Verifier:
             self.locality(vertex)
 
     def in_out_alias(self, vertex: Vertex) -> None:
+        if not any(spec.direction is Direction.INOUT for spec in vertex.kind.fields.values()):
+            return
         fields = vertex.tensors()
         for name, tensor in fields:
-            if vertex.kind.fields[name.split("[")[0]].direction.name != "INOUT":
+            if vertex.kind.fields[name.split("[")[0]].direction is not Direction.INOUT:
                 continue
             for other_name, other in fields:
                 if other_name != name and _overlap(tensor, other):

@@ -34,7 +34,7 @@ import numpy as np
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.codelets.dynamic import OFFSET_TYPES
 from gruc.ir.graph import ComputeSet, Graph, check_op_args
-from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs
+from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, concat
 
@@ -99,26 +99,35 @@ def _map_columns_home(graph: Graph, fresh: Tensor, dims: tuple[int, ...], home: 
 
 def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor, base: Tensor,
                          window_field: str, window: Tensor) -> None:
-    """One ``kind`` vertex per tile, over the columns whose first base element is on that tile."""
+    """One ``kind`` vertex per tile, over the columns whose first base element is on that tile.
+
+    A tile's columns are given as a concat of their runs of consecutive columns, in column order.
+    The runs of every tile are found in one numpy pass (a GRU layer adds thousands of these
+    vertices: per-tile numpy calls were most of its build time)."""
     sliced = base.rank - 1
     columns = base.shape[-1]
     first_row = base.slice([0] * base.rank, [1] * sliced + [columns])
     home = graph.element_tiles(first_row)
-    last = sliced
-
-    def pick(view: Tensor, cols: np.ndarray) -> Tensor:
-        if len(cols) == columns:
-            return view
-        begins, ends = consecutive_runs(cols)
-        return concat([view.slice(int(cols[b]), int(cols[e - 1]) + 1, last)
-                       for b, e in zip(begins.tolist(), ends.tolist())], last)
-
-    offsets = offset.reshape([sliced])
     mapped = np.flatnonzero(home != UNMAPPED)
     by_tile = mapped[np.argsort(home[mapped], kind="stable")]  # columns ascending on each tile
-    for cols in np.split(by_tile, np.flatnonzero(np.diff(home[by_tile])) + 1) if len(by_tile) else []:
-        graph.add_vertex(cs, kind, {"offset": offsets, "base": pick(base, cols),
-                                    window_field: pick(window, cols)}, tile=int(home[cols[0]]))
+    tiles = home[by_tile]
+    breaks = np.flatnonzero((np.diff(by_tile) != 1) | (np.diff(tiles) != 0)) + 1
+    firsts = np.concatenate(([0], breaks)) if len(by_tile) else breaks
+    lasts = np.concatenate((breaks, [len(by_tile)])) - 1 if len(by_tile) else breaks
+    runs_on: dict[int, list[tuple[int, int]]] = {}  # tile -> its runs of consecutive columns
+    for tile, begin, end in zip(tiles[firsts].tolist(), by_tile[firsts].tolist(),
+                                (by_tile[lasts] + 1).tolist()):
+        runs_on.setdefault(tile, []).append((begin, end))
+
+    def pick(view: Tensor, runs: list[tuple[int, int]]) -> Tensor:
+        if runs == [(0, columns)]:
+            return view
+        return concat([view.slice(begin, end, sliced) for begin, end in runs], sliced)
+
+    offsets = offset.reshape([sliced])
+    for tile, runs in runs_on.items():
+        graph.add_vertex(cs, kind, {"offset": offsets, "base": pick(base, runs),
+                                    window_field: pick(window, runs)}, tile=tile)
 
 
 def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],

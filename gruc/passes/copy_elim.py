@@ -35,7 +35,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import Copy, Program
 from gruc.ir.tensor import Tensor
 from gruc.passes.liveness import Liveness
-from gruc.passes.rewrite import (Rebase, has_repeats, liveness_of, pass_output, rebuild_programs,
+from gruc.passes.rewrite import (Rebase, liveness_of, pass_output, rebuild_programs,
                                  remove_dead_steps, require_valid, shaped, variables_touched,
                                  walk_functions, whole_variable)
 
@@ -57,7 +57,7 @@ def _forwardable(module: Module, liveness: Liveness, copy: Copy, step: int,
     if dest is None or dest.index in liveness.always_live or dest.index in in_functions:
         return False
     sources = {v.index for v in copy.src.variables()}
-    if dest.index in sources or writes_at[dest.index] != [step] or has_repeats(copy.src):
+    if dest.index in sources or writes_at[dest.index] != [step] or copy.src.has_repeats():
         return False
     if not np.array_equal(graph.element_tiles(copy.src), graph.element_tiles(copy.dst)):
         return False

@@ -51,7 +51,7 @@ from gruc.ir.program import Execute, Program, Sequence
 from gruc.ir.tensor import Tensor, Variable
 from gruc.passes.liveness import Liveness
 from gruc.passes.rewrite import (ElementwiseStep, ElementwiseVertex, Rebase, SubtreeWrites,
-                                 elementwise_step, has_repeats, host_variables, liveness_of,
+                                 elementwise_step, host_variables, liveness_of,
                                  pass_output, plan_elementwise_vertex, rebuild_programs,
                                  replacing, require_valid, shaped, substitute_placeholders,
                                  variables_touched, walk_functions, walk_programs, whole_variable)
@@ -179,7 +179,7 @@ def _holds_result(graph: Graph, liveness: Liveness, kills: dict[int, int], opera
     variables = operand.variables()
     held = variables[0]
     if len(variables) != 1 or operand.dtype != dest.dtype or held is dest or held.is_constant or \
-            held.index in liveness.always_live or has_repeats(operand) or \
+            held.index in liveness.always_live or operand.has_repeats() or \
             not np.array_equal(graph.element_tiles(operand), home):
         return False
     dies_here = not liveness.live_out[step] >> held.index & 1

@@ -274,13 +274,13 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         if variable.num_elements == 0 or index not in liveness.used:
             continue
         tiles = graph.element_tiles(variable)
-        unmapped = int(np.count_nonzero(tiles == UNMAPPED))
+        begins, ends = runs_of(tiles)
+        unmapped = int((ends - begins)[tiles[begins] == UNMAPPED].sum())
         if unmapped:
             raise GrucMappingError(
                 f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
                 f"by the module but {unmapped} of its {variable.num_elements} elements have no "
                 "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
-        begins, ends = runs_of(tiles)
         allocated.append(index)
         run_var.append(np.full(len(begins), index, dtype=np.int64))
         run_tile.append(tiles[begins])

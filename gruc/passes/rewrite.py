@@ -38,7 +38,6 @@ import numpy as np
 from gruc.ir import expr as ex
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import ComputeSet, Graph, Vertex
-from gruc.ir.mapping import distinct
 from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
                              RepeatWhileTrue, Sequence, WriteUndef)
@@ -155,13 +154,6 @@ def shaped(tensor: Tensor, shape: tuple[int, ...]) -> Tensor:
     return tensor if tensor.shape == shape else tensor.reshape(shape)
 
 
-def has_repeats(tensor: Tensor) -> bool:
-    """True if some element appears twice in ``tensor`` (a broadcast or overlapping view)."""
-    if tensor.contiguous_start() is not None:
-        return False
-    return len(distinct(tensor.flat_ids())) != tensor.num_elements
-
-
 def host_variables(graph: Graph) -> frozenset[int]:
     """Indices of the variables a host stream names (their values are seen from outside)."""
     return frozenset(v.index for table in (graph.host_writes, graph.host_reads)
@@ -250,14 +242,31 @@ class Rebase:
     def tensor(self, tensor: Tensor) -> Tensor:
         key = id(tensor)
         if key not in self._tensors:
-            if isinstance(tensor, Variable):
+            if not self._mentions(tensor):
+                result = tensor
+            elif isinstance(tensor, Variable):
                 result = self.replacements.get(tensor.index, tensor)
             else:
                 sources = [self.tensor(source) for source in tensor.sources]
-                changed = any(a is not b for a, b in zip(sources, tensor.sources))
-                result = Tensor.apply_view(tensor.op, sources) if changed else tensor
+                result = tensor if all(a is b for a, b in zip(sources, tensor.sources)) else \
+                    self._view(tensor, sources)
             self._tensors[key] = result
         return self._tensors[key]
+
+    def _mentions(self, tensor: Tensor) -> bool:
+        """Whether ``tensor`` is a view over a replaced variable (only those change: a module's
+        views are mostly over other variables, and need not be walked)."""
+        return any(v.index in self.replacements for v in tensor.variables())
+
+    @staticmethod
+    def _view(tensor: Tensor, sources: list[Tensor]) -> Tensor:
+        """``tensor``'s view over ``sources``.  Sources of the same shapes and type as before make
+        a view of the same shape and type, which needs no checking again (a rebased compute set
+        rebuilds thousands of views)."""
+        if all(a.shape == b.shape and a.dtype == b.dtype and a.graph is b.graph
+               for a, b in zip(sources, tensor.sources)):
+            return Tensor(tensor.graph, tensor.shape, tensor.dtype, tensor.op, tuple(sources))
+        return Tensor.apply_view(tensor.op, sources)
 
     def _field(self, value: Tensor | tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
         if isinstance(value, tuple):
@@ -268,6 +277,10 @@ class Rebase:
     def compute_set(self, cs: ComputeSet) -> ComputeSet:
         key = id(cs)
         if key not in self._compute_sets:
+            if not any(self._mentions(t) for v in cs.vertices for value in v.fields.values()
+                       for t in (value if isinstance(value, tuple) else (value,))):
+                self._compute_sets[key] = cs
+                return cs
             fields = [{name: self._field(value) for name, value in v.fields.items()}
                       for v in cs.vertices]
             if all(new[name] is value for v, new in zip(cs.vertices, fields)

@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gruc.errors import GrucTypeError
 from gruc.ir.graph import Graph
+from gruc.ir.heap import deferred_full_collections
 from gruc.ir.program import Sequence
 from gruc.ir.tensor import Tensor
 from gruc.popnn import gru, gru_reference
@@ -162,6 +163,7 @@ class GruLayer:
         return total
 
 
+@deferred_full_collections()
 def build_layer(config: GruLayerConfig) -> GruLayer:
     """Build the layer's graph and its program (nothing compiled yet)."""
     if not isinstance(config, GruLayerConfig):

@@ -16,13 +16,15 @@ the work in a barrel, so a tile issues about one vector operation per cycle over
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.mapping import distinct
+from gruc.ir.layout import ConcatOp
+from gruc.ir.mapping import UNMAPPED, distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
+from gruc.ir.tensor import Tensor
 from gruc.passes.liveness import Step
 from gruc.target import Target
 
@@ -91,41 +93,153 @@ class StepCost:
         return int(self.bytes_in_by_tile.sum())
 
 
+READ_BATCH_ELEMENTS = 1 << 20
+"""Elements of the reads compared with their homes in one numpy operation (bounds the temporary
+arrays a long sequence's reads would otherwise make)."""
+
+DIRECT_READ_ELEMENTS = 2048
+"""Parts of reads by one tile of at least this many elements are not batched (see ``remote``)."""
+
+Read = tuple[Tensor, "np.ndarray | int"]
+"""A tensor a step reads and its home: the tile of each element's reader, or one tile for all."""
+
+
+Piece = tuple[Tensor, "np.ndarray | int", int]
+"""A view a step reads (a read, or a part of a concatenation a tile reads), its home and the
+index of the read it belongs to."""
+
+
+def _batches(pieces: list[Piece], graph: Graph) -> Iterator[tuple[list[Piece], list[np.ndarray]]]:
+    """The pieces with their element tiles, in batches of about ``READ_BATCH_ELEMENTS`` elements."""
+    batch: list[Piece] = []
+    tiles: list[np.ndarray] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        tiles.append(graph.element_tiles(piece[0]))
+        size += len(tiles[-1])
+        if size >= READ_BATCH_ELEMENTS:
+            yield batch, tiles
+            batch, tiles, size = [], [], 0
+    if batch:
+        yield batch, tiles
+
+
+def _concatenated(tensor: Tensor) -> Iterator[Tensor]:
+    """The views ``tensor`` concatenates (itself if it is no concatenation): between them they
+    name its elements, and each is usually strided (a dynamic slice's per-tile column pick is a
+    concatenation of column slices), so its tiles can be read in place."""
+    if isinstance(tensor.op, ConcatOp):
+        for source in tensor.sources:
+            yield from _concatenated(source)
+    else:
+        yield tensor
+
+
 class _StepCoster:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.target = graph.target
         self.num_tiles = graph.target.num_tiles
+        self.senders: dict[int, tuple[Tensor, np.ndarray, set[int]]] = {}
+        """Per tensor read from one tile by some vertex: how many of its distinct elements each
+        tile holds, and the IPUs of those tiles (a compute set's vertices on many tiles read one
+        offset or scale tensor)."""
 
     def zeros(self) -> np.ndarray:
         return np.zeros(self.num_tiles, dtype=np.int64)
 
-    def remote(self, tensor, home: np.ndarray | int, bytes_in: np.ndarray, bytes_out: np.ndarray,
+    def remote(self, reads: list[Read], bytes_in: np.ndarray, bytes_out: np.ndarray,
                crossing: list[bool]) -> None:
-        """Account the elements of ``tensor`` whose tile differs from ``home`` (per element, or
-        one tile for all: a vertex's)."""
-        away = self.graph.element_tiles(tensor) != home
-        if not np.any(away):
-            return
-        ids = tensor.flat_ids()[away]
-        receivers = home[away] if isinstance(home, np.ndarray) else home
-        pairs = distinct(ids * self.num_tiles + receivers)  # one transfer per (element, receiver)
-        receivers = pairs % self.num_tiles
-        senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
+        """Account the elements of each read whose tile differs from its home: one transfer per
+        (element, receiver) of each read.  A step's reads are compared with their homes a batch
+        at a time (a GRU step reads thousands of small tensors, nearly all wholly local); only
+        the reads with remote elements are then accounted one by one.  A read by one tile is
+        compared part by part of a concatenation (a dynamic slice's per-tile column pick), so
+        its ids are not listed unless it has remote elements, and a large part where its tiles
+        lie, without copying them into a batch."""
+        pieces: list[Piece] = []
+        by_tile: set[int] = set()  # reads by one tile with remote elements
+        for k, (tensor, home) in enumerate(reads):
+            if not isinstance(home, int):
+                pieces.append((tensor, home, k))
+                continue
+            for part in _concatenated(tensor):
+                if part.num_elements < DIRECT_READ_ELEMENTS:
+                    pieces.append((part, home, k))
+                elif np.any(self.graph.element_tile_view(part) != home):
+                    by_tile.add(k)
+        for batch, tiles in _batches(pieces, self.graph):
+            lengths = np.array([len(t) for t in tiles], dtype=np.int64)
+            homes = np.repeat(np.array([home if isinstance(home, int) else UNMAPPED
+                                        for _, home, _ in batch], dtype=np.int64), lengths)
+            ends = np.cumsum(lengths)
+            for j, (_, home, _) in enumerate(batch):
+                if not isinstance(home, int):
+                    homes[ends[j] - lengths[j]:ends[j]] = home
+            away = np.concatenate(tiles) != homes
+            nonempty = np.flatnonzero(lengths)
+            some_away = np.logical_or.reduceat(away, ends[nonempty] - lengths[nonempty]) \
+                if len(nonempty) else nonempty
+            for j in nonempty[some_away].tolist():
+                tensor, home, k = batch[j]
+                if isinstance(home, int):
+                    by_tile.add(k)
+                else:  # the whole read: reads with a home per element are not split
+                    self.remote_by_element(tensor, home, tiles[j],
+                                           away[ends[j] - lengths[j]:ends[j]],
+                                           bytes_in, bytes_out, crossing)
+        for k in sorted(by_tile):
+            tensor, home = reads[k]
+            self.remote_to_tile(tensor, home, bytes_in, bytes_out, crossing)
+
+    def remote_by_element(self, tensor: Tensor, home: np.ndarray, tiles: np.ndarray,
+                          away: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
+                          crossing: list[bool]) -> None:
+        """Account the ``away`` elements of a read whose elements have their own readers
+        (``home``; ``tiles`` hold them).  An element named twice, by a broadcast, moves once to
+        each tile that reads it; a view that names each element once needs no such search."""
+        if not tensor.has_repeats():
+            receivers = home[away]
+            senders = tiles[away]
+        else:
+            ids = tensor.flat_ids()[away]
+            pairs = distinct(ids * self.num_tiles + home[away])  # one per (element, receiver)
+            receivers = pairs % self.num_tiles
+            senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
         size = tensor.dtype.size
         bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
         bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
         per_ipu = self.target.tiles_per_ipu
         crossing.append(bool(np.any(receivers // per_ipu != senders // per_ipu)))
 
+    def remote_to_tile(self, tensor: Tensor, home: int, bytes_in: np.ndarray,
+                       bytes_out: np.ndarray, crossing: list[bool]) -> None:
+        """Account a read by one tile: each distinct element held elsewhere is one transfer."""
+        if id(tensor) not in self.senders:
+            held = self.graph.element_tiles_of_ids(distinct(tensor.flat_ids())).astype(np.int64)
+            per_tile = np.bincount(held, minlength=self.num_tiles)
+            ipus = set((held // self.target.tiles_per_ipu).tolist())
+            self.senders[id(tensor)] = (tensor, per_tile, ipus)
+        _, per_tile, ipus = self.senders[id(tensor)]
+        size = tensor.dtype.size
+        local = int(per_tile[home])
+        bytes_in[home] += (int(per_tile.sum()) - local) * size
+        bytes_out += per_tile * size
+        bytes_out[home] -= local * size
+        crossing.append(bool(ipus - {home // self.target.tiles_per_ipu}))
+
     def vertex(self, vertex: Vertex, compute: np.ndarray, bytes_in: np.ndarray,
-               bytes_out: np.ndarray, crossing: list[bool]) -> None:
+               bytes_out: np.ndarray, crossing: list[bool], reads: list[Read]) -> None:
+        """Add the vertex's compute and exchange; the reads its exchange is found from are left
+        in ``reads`` for :meth:`remote`."""
+        tensors = [tensor for _, tensor in vertex.tensors()]
         if vertex.tile is None:
             home = self.graph.element_tiles(vertex.fields[vertex.kind.split]).astype(np.int64)
             elements = np.bincount(home, minlength=self.num_tiles)
         else:
             elements = self.zeros()
-            elements[vertex.tile] = max(t.num_elements for _, t in vertex.tensors())
+            elements[vertex.tile] = max(t.num_elements for t in tensors)
         estimator = CYCLE_ESTIMATORS.get(vertex.kind.name)
         if estimator is None:
             compute += elementwise_cycles(elements, 1, 1)
@@ -138,20 +252,18 @@ class _StepCoster:
             bytes_out += sent
             crossing.append(crosses)
             return
-        for _, tensor in vertex.tensors():
-            if vertex.tile is None:
-                self.remote(tensor, home, bytes_in, bytes_out, crossing)
-            else:
-                self.remote(tensor, vertex.tile, bytes_in, bytes_out, crossing)
+        reads.extend((tensor, home if vertex.tile is None else vertex.tile) for tensor in tensors)
 
     def copy(self, node: Copy, compute: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
              crossing: list[bool]) -> None:
         dst_tiles = self.graph.element_tiles(node.dst).astype(np.int64)
         src_tiles = self.graph.element_tiles(node.src).astype(np.int64)
-        local = dst_tiles == src_tiles
-        local_bytes = np.bincount(dst_tiles[local], minlength=self.num_tiles) * node.dst.dtype.size
+        away = dst_tiles != src_tiles
+        local_bytes = np.bincount(dst_tiles[~away], minlength=self.num_tiles) * node.dst.dtype.size
         compute += np.where(local_bytes > 0, -(-local_bytes // COPY_BYTES_PER_CYCLE), 0)
-        self.remote(node.src, dst_tiles, bytes_in, bytes_out, crossing)
+        if away.any():  # the source read by each destination element's tile
+            self.remote_by_element(node.src, dst_tiles, src_tiles, away, bytes_in, bytes_out,
+                                   crossing)
 
     def step(self, step: Step) -> StepCost:
         node = step.node
@@ -159,8 +271,10 @@ class _StepCoster:
         crossing: list[bool] = []
         sync = self.target.sync_cycles
         if isinstance(node, Execute):
+            reads: list[Read] = []
             for vertex in node.compute_set.vertices:
-                self.vertex(vertex, compute, bytes_in, bytes_out, crossing)
+                self.vertex(vertex, compute, bytes_in, bytes_out, crossing, reads)
+            self.remote(reads, bytes_in, bytes_out, crossing)
         elif isinstance(node, Copy):
             self.copy(node, compute, bytes_in, bytes_out, crossing)
         elif isinstance(node, (WriteUndef, PrintTensor)):

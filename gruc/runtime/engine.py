@@ -24,6 +24,7 @@ import numpy as np
 
 from gruc.errors import GrucOutOfMemory, GrucProgramError, GrucTypeError, GrucValueError
 from gruc.ir.graph import Graph, to_storage
+from gruc.ir.heap import deferred_full_collections
 from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import check_initialized
@@ -52,6 +53,7 @@ class CompiledProgram:
     seconds: float
 
 
+@deferred_full_collections()
 def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
                     pipeline: str | None = None, strict_memory: bool = False) -> CompiledProgram:
     """Run the pipeline, verify, plan memory and cost every step — without lowering to addresses.
@@ -104,6 +106,7 @@ def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipel
 class Engine:
     """Compile ``programs`` of ``graph`` and run them on a simulated IPU."""
 
+    @deferred_full_collections()
     def __init__(self, graph: Graph, programs: Sequence[Program] | Program, *,
                  pipeline: str | None = None, strict_memory: bool = False,
                  backend: str = "numba", checked: bool = False) -> None:

@@ -66,6 +66,39 @@ def test_mapping_of_views_follows_their_elements():
     assert g.get_tile_mapping(both).per_tile(16)[3] == [(8, 16)]
 
 
+def test_element_tile_view_is_shaped_like_the_view_and_read_only_where_strided():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4, 8))
+    g.set_tile_mapping(x, [[(0, 5)], [(5, 20)], [(20, 32)]])
+    table = np.repeat([0, 1, 2], [5, 15, 12]).reshape(4, 8)
+    views = {"whole": (x, table), "columns": (x[:, 2:5], table[:, 2:5]),
+             "reversed": (x.reverse(0).transpose(), table[::-1].T),
+             "concat": (concat([x[3], x[0]]), np.concatenate([table[3], table[0]]))}
+    for name, (view, expected) in views.items():
+        tiles = g.element_tile_view(view)
+        assert tiles.shape == view.shape and np.array_equal(tiles, expected), name
+        assert np.array_equal(g.element_tiles(view), expected.reshape(-1)), name
+        if name != "concat":
+            assert not tiles.flags.writeable, name
+
+
+def test_set_tile_mapping_of_a_strided_view_and_of_a_run_write_only_their_elements():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4, 8))
+    g.set_tile_mapping(x, 1)
+    g.set_tile_mapping(x[1], TileMapping.from_element_tiles(np.arange(8) % 3 + 4))
+    g.set_tile_mapping(x[:, 6], 9)
+    expected = np.full((4, 8), 1)
+    expected[1] = np.arange(8) % 3 + 4
+    expected[:, 6] = 9
+    assert np.array_equal(g.element_tile_view(x), expected)
+    with pytest.raises(GrucIndexError, match="tile 16 does not exist"):
+        g.set_tile_mapping(x[2], 16)
+    with pytest.raises(GrucMappingError, match="leaves 2 of 8 elements unmapped"):
+        g.set_tile_mapping(x[3], TileMapping.from_element_tiles(np.array([0] * 6 + [-1] * 2)))
+    assert np.array_equal(g.element_tile_view(x), expected)  # a refused mapping writes nothing
+
+
 def test_partial_mapping_and_is_fully_mapped():
     g = Graph(T16)
     x = g.add_variable(FLOAT, (6,))

@@ -33,7 +33,7 @@ def step(data, graph, t, a):
     ops = ["reshape", "flatten", "expand", "getitem"]
     if rank >= 1:
         ops += ["slice", "reverse", "broadcast", "dim_roll", "dim_shuffle", "subsample", "concat",
-                "reshape_partial"]
+                "reshape_partial", "concat_slices"]
         if t.shape[0] > 0:
             ops.append("index")
     if rank == 2:
@@ -106,6 +106,17 @@ def step(data, graph, t, a):
         index = [slice(None)] * rank
         index[d] = slice(None, None, s)
         return t.subsample(s, d), a[tuple(index)]
+    if op == "concat_slices":  # slices of ``t`` itself, which may overlap
+        d = _dim(data, rank)
+        parts, arrays = [], []
+        for _ in range(data.draw(st.integers(1, 3))):
+            b = data.draw(st.integers(0, t.shape[d]))
+            e = data.draw(st.integers(b, t.shape[d]))
+            index = [slice(None)] * rank
+            index[d] = slice(b, e)
+            parts.append(t.slice(b, e, d))
+            arrays.append(a[tuple(index)])
+        return concat(parts, d), np.concatenate(arrays, d)
     # concat with a view of a different variable
     d = _dim(data, rank)
     shape = list(t.shape)
@@ -127,6 +138,7 @@ def test_random_view_chains_select_what_numpy_selects(shape, data):
         t, a = step(data, graph, t, a)
         assert t.shape == a.shape
     assert np.array_equal(t.ids(), a)
+    assert t.has_repeats() == (len(np.unique(a)) != a.size)
 
 
 @settings(deadline=None, max_examples=200)
@@ -172,6 +184,48 @@ def test_views_alias_not_copy():
     assert view.variables() == [x]
     assert np.array_equal(view.ids(), ids.transpose(2, 0, 1)[1:3].reshape(2, 6))
     assert len(graph.variables) == 1
+
+
+def test_variables_are_listed_in_first_use_order_and_each_caller_gets_its_own_list():
+    g, a, _ = fresh((2, 3))
+    _, b, _ = fresh((2, 3), g)
+    _, c, _ = fresh((1, 3), g)
+    view = concat([concat([b, a]).reverse(0), c, b[:1]])
+    assert view.variables() == [b, a, c]
+    listed = view.variables()
+    listed.append(a)
+    assert view.variables() == [b, a, c] and view.sources[0].variables() == [b, a]
+    assert view.contiguous_start() is None and b[1].contiguous_start() == b.first_id + 3
+
+
+def test_has_repeats_of_concatenated_slices_follows_their_ids():
+    """Slices of one tensor without repeats that do not overlap have none; overlapping ones,
+    slices of a tensor with repeats, or slices of different tensors, are decided by their ids."""
+    g, x, _ = fresh((4, 10))
+    _, y, _ = fresh((4, 10), g)
+    broadcast = x[:1].broadcast(4, 0)
+
+    def cols(t, b, e):
+        return t.slice(b, e, 1)
+
+    cases = {
+        "disjoint columns": (concat([cols(x, 6, 9), cols(x, 0, 2), cols(x, 3, 5)], 1), False),
+        "overlapping columns": (concat([cols(x, 0, 4), cols(x, 3, 5)], 1), True),
+        "disjoint in rows, overlapping in columns": (
+            concat([x.slice((0, 0), (2, 5)), x.slice((2, 3), (4, 8))], 0), False),
+        "overlapping boxes": (concat([x.slice((0, 0), (3, 5)), x.slice((2, 3), (3, 8))], 0), True),
+        "disjoint slices of a broadcast": (
+            concat([cols(broadcast, 0, 2), cols(broadcast, 5, 7)], 1), True),
+        "disjoint slices of a broadcast, one row": (
+            concat([broadcast.slice((0, 0), (1, 2)), broadcast.slice((0, 5), (1, 7))], 1), False),
+        "slices of two tensors": (concat([cols(x, 0, 2), cols(y, 0, 2)], 1), False),
+        "one element twice across views": (
+            concat([cols(x, 0, 2), x.transpose()[:2].transpose()], 1), True),
+    }
+    for name, (view, repeats) in cases.items():
+        ids = view.flat_ids()
+        assert (len(np.unique(ids)) != len(ids)) is repeats, name
+        assert view.has_repeats() is repeats, name
 
 
 def test_strided_slices_of_huge_variables_do_not_materialise_the_variable():

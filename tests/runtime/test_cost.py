@@ -1,0 +1,81 @@
+"""The exchange the cycle model counts: each read's remote elements, one transfer per (element,
+receiving tile).  ``step_costs`` finds them in batches, compares large reads by one tile where
+their tiles lie and skips the duplicate search for views that name each element once; whichever
+way it goes, the answer must be the per-read definition's, written out here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gruc import FLOAT, INT, Copy, Graph, Sequence, Target
+from gruc.ir.mapping import distinct
+from gruc.ir.module import Module
+from gruc.ops import add, dynamic_slice
+from gruc.passes.liveness import analyse_liveness
+from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.runtime import cost
+from gruc.runtime.engine import compile_program
+
+
+def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
+    """The definition, one read at a time over its element ids."""
+    for tensor, home in reads:
+        away = self.graph.element_tiles(tensor) != home
+        if not np.any(away):
+            continue
+        ids = tensor.flat_ids()[away]
+        receivers = home[away] if isinstance(home, np.ndarray) else home
+        pairs = distinct(ids * self.num_tiles + receivers)
+        receivers = pairs % self.num_tiles
+        senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
+        size = tensor.dtype.size
+        bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
+        bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
+        per_ipu = self.target.tiles_per_ipu
+        crossing.append(bool(np.any(receivers // per_ipu != senders // per_ipu)))
+
+
+def as_numbers(costs) -> list[tuple]:
+    return [(c.compute_by_tile.tolist(), c.bytes_in_by_tile.tolist(), c.bytes_out_by_tile.tolist(),
+             c.compute_cycles, c.exchange_cycles, c.sync_cycles) for c in costs]
+
+
+def exchange_module() -> Module:
+    """Copies and an elementwise add whose operands are broadcast, spread over two IPUs, or held
+    on other tiles than the elements they pair with; a dynamic slice whose vertices, one per
+    tile, read their columns partly from other tiles and the offset from tile 0."""
+    graph = Graph(Target.custom(tiles_per_ipu=4, num_ipus=2))
+    row = graph.add_variable(FLOAT, (1, 12), "row")
+    graph.set_tile_mapping(row, [[(0, 5)], [(5, 12)]])
+    grid = graph.add_variable(FLOAT, (6, 12), "grid")
+    graph.map_tensor_linearly(grid, grain_size=1, min_elements_per_tile=1)
+    spread = graph.add_variable(FLOAT, (6, 12), "spread")
+    graph.set_tile_mapping(spread, 7)
+    prog = Sequence(Copy(row.broadcast(6, 0), spread), Copy(grid.transpose(), spread.reshape((12, 6))))
+    total = add(graph, grid, row.broadcast(6, 0), prog)
+    add(graph, total, spread.reverse(1), prog)
+    offset = graph.add_variable(INT, (1,), "offset")
+    graph.set_tile_mapping(offset, 0)
+    dynamic_slice(graph, grid, offset, [0], [2], prog)
+    for name, tensor in {"row": row, "grid": grid, "offset": offset}.items():
+        graph.create_host_write(name, tensor)
+    return Module(graph, [prog])
+
+
+@pytest.mark.parametrize("direct", [0, 10 ** 9], ids=["all-direct", "all-batched"])
+@pytest.mark.parametrize("batch", [1, 10 ** 9], ids=["batch-1", "one-batch"])
+def test_costs_are_the_per_read_definitions(monkeypatch, direct, batch):
+    layer = build_layer(GruLayerConfig(sequence_size=3, input_size=6, output_size=5,
+                                       batch_size=4, tiles_per_ipu=8, ipus=2, phase="all"))
+    compiled = compile_program(layer.graph, layer.programs)
+    modules = [(compiled.module.graph, compiled.plan.liveness.steps)]
+    module = exchange_module()
+    modules.append((module.graph, analyse_liveness(module).steps))
+    monkeypatch.setattr(cost, "DIRECT_READ_ELEMENTS", direct)
+    monkeypatch.setattr(cost, "READ_BATCH_ELEMENTS", batch)
+    found = [as_numbers(cost.step_costs(graph, steps)) for graph, steps in modules]
+    monkeypatch.setattr(cost._StepCoster, "remote", per_read)
+    expected = [as_numbers(cost.step_costs(graph, steps)) for graph, steps in modules]
+    assert found == expected
+    assert any(sum(c[1]) for c in expected[0]) and any(sum(c[1]) for c in expected[1])
