@@ -55,7 +55,6 @@ from typing import Callable, Sequence
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir import expr as ex
 from gruc.ir.graph import Function, Graph
-from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Call, Copy, Execute, Repeat, RepeatWhileTrue, Sequence as Seq
 from gruc.ir.tensor import Tensor, Variable, concat
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
@@ -119,7 +118,7 @@ LoopFn = Callable[[Graph, TimeStep, list[Tensor], RnnSlice, list, Seq], None]
 
 def _laid_out(graph: Graph, dtype: DType, layout: SequenceTileLayout, name: str) -> Variable:
     variable = graph.add_variable(dtype, layout.shape, name)
-    graph.set_tile_mapping(variable, TileMapping.from_element_tiles(layout.element_tiles()))
+    graph.set_tile_mapping(variable, layout.tile_mapping())
     return variable
 
 

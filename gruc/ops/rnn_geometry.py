@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from gruc.errors import GrucOptionError, GrucValueError, expect
+from gruc.ir.mapping import TileMapping, runs_of
 from gruc.target import Target
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
@@ -320,6 +321,22 @@ class SequenceTileLayout:
         shard_of_row = np.repeat(np.arange(len(self.shards)), rows_per_shard)
         tiles = np.asarray(self.shard_tiles, dtype=np.int64)
         return tiles[shard_of_row[:, None, None], self._tile_of_shard()[None]].ravel()
+
+    def tile_mapping(self) -> TileMapping:
+        """:meth:`element_tiles` as runs, made from one row's runs (every row of a shard is laid
+        out alike), so a long sequence's mapping never lists its elements one by one."""
+        pattern = self._tile_of_shard().reshape(-1)
+        begins, ends = runs_of(pattern)
+        row = len(pattern)
+        parts = []
+        for (first, last), tiles in zip(self.shard_rows, self.shard_tiles):
+            starts = np.arange(first, last, dtype=np.int64)[:, None] * row
+            run_tiles = np.asarray(tiles, dtype=np.int64)[pattern[begins]]
+            parts.append((starts + begins, starts + ends,
+                          np.broadcast_to(run_tiles, (last - first, len(begins)))))
+        begins, ends, tiles = (np.concatenate([part[k].reshape(-1) for part in parts])
+                               for k in range(3))
+        return TileMapping(begins, ends, tiles, row * self.shape[0])
 
     def element_order(self) -> np.ndarray:
         """Flat element indices in poplibs' storage order: a permutation of all element indices.

@@ -40,7 +40,7 @@ import numpy as np
 from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
 from gruc.ir.mapping import UNMAPPED, runs_of
 from gruc.ir.module import Module
-from gruc.ir.layout import Strided
+from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import Tensor
 from gruc.passes.addresses import fill_addresses
 from gruc.passes.liveness import Liveness, analyse_liveness
@@ -159,6 +159,11 @@ class MemoryPlan:
         return self._tensor(tensor, tile_stride, tensor.dtype.size)
 
     def _tensor(self, tensor: Tensor, tile_stride: int | None, unit: int) -> np.ndarray:
+        if isinstance(tensor.op, ConcatOp):  # part by part: the parts are mostly strided, and a
+            # long sequence's per-tile column picks would otherwise list every id of the sequence
+            parts = [self._tensor(part, tile_stride, unit).reshape(part.shape)
+                     for part in tensor.sources]
+            return np.concatenate(parts, axis=tensor.op.dim).reshape(-1)
         layout = tensor.layout()
         if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
             return self._resolve(_NO_IDS, layout.offset, np.array(tensor.shape, dtype=np.int64),

@@ -289,6 +289,7 @@ def test_layout_properties(case):
 
     expected_tiles, storage_ids = _poplibs_construction(layout)
     np.testing.assert_array_equal(tiles, expected_tiles.ravel())
+    np.testing.assert_array_equal(layout.tile_mapping().element_tiles(), tiles)  # as runs
     assert tiles.dtype == np.int64 and tiles.size == rows * batch * size
     assert tiles.min() >= 0 and tiles.max() < target.num_tiles
 
