@@ -207,7 +207,11 @@ class _StepCoster:
             pairs = distinct(ids * self.num_tiles + home[away])  # one per (element, receiver)
             receivers = pairs % self.num_tiles
             senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        size = tensor.dtype.size
+        self.transfers(receivers, senders, tensor.dtype.size, bytes_in, bytes_out, crossing)
+
+    def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int,
+                  bytes_in: np.ndarray, bytes_out: np.ndarray, crossing: list[bool]) -> None:
+        """Account one transfer of ``size`` bytes per (receiver, sender) pair."""
         bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
         bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
         per_ipu = self.target.tiles_per_ipu

@@ -19,7 +19,8 @@ from gruc.runtime.engine import compile_program
 
 
 def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
-    """The definition, one read at a time over its element ids."""
+    """The definition, one read at a time over its element ids: which (element, receiver) pairs
+    move is found here, independently; only the byte counting of those pairs is shared."""
     for tensor, home in reads:
         away = self.graph.element_tiles(tensor) != home
         if not np.any(away):
@@ -29,11 +30,7 @@ def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
         pairs = distinct(ids * self.num_tiles + receivers)
         receivers = pairs % self.num_tiles
         senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        size = tensor.dtype.size
-        bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
-        bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
-        per_ipu = self.target.tiles_per_ipu
-        crossing.append(bool(np.any(receivers // per_ipu != senders // per_ipu)))
+        self.transfers(receivers, senders, tensor.dtype.size, bytes_in, bytes_out, crossing)
 
 
 def as_numbers(costs) -> list[tuple]:
@@ -42,9 +39,10 @@ def as_numbers(costs) -> list[tuple]:
 
 
 def exchange_module() -> Module:
-    """Copies and an elementwise add whose operands are broadcast, spread over two IPUs, or held
-    on other tiles than the elements they pair with; a dynamic slice whose vertices, one per
-    tile, read their columns partly from other tiles and the offset from tile 0."""
+    """Copies and elementwise adds whose operands are broadcast (one tile reading an element
+    several times: one transfer), spread over two IPUs, or held on other tiles than the elements
+    they pair with; a dynamic slice whose vertices, one per tile, read their columns partly from
+    other tiles and the offset from tile 0."""
     graph = Graph(Target.custom(tiles_per_ipu=4, num_ipus=2))
     row = graph.add_variable(FLOAT, (1, 12), "row")
     graph.set_tile_mapping(row, [[(0, 5)], [(5, 12)]])
@@ -55,6 +53,7 @@ def exchange_module() -> Module:
     prog = Sequence(Copy(row.broadcast(6, 0), spread), Copy(grid.transpose(), spread.reshape((12, 6))))
     total = add(graph, grid, row.broadcast(6, 0), prog)
     add(graph, total, spread.reverse(1), prog)
+    add(graph, spread, row.broadcast(6, 0), prog)  # tile 7 reads each row element six times
     offset = graph.add_variable(INT, (1,), "offset")
     graph.set_tile_mapping(offset, 0)
     dynamic_slice(graph, grid, offset, [0], [2], prog)
