@@ -1,15 +1,57 @@
-"""Element addresses from a memory plan's runs, in one compiled pass.
+"""The memory plan's compiled kernels: a variable's runs on tiles, and element addresses.
 
 A plan stores, per run of consecutive elements of a variable on one tile, where the run starts
 (:class:`~gruc.passes.plan_memory.MemoryPlan`); a per-element table of the whole module would hold
-hundreds of millions of addresses for a long sequence.  These kernels answer an address query by
-walking the runs — for an id array, or for a strided view without materialising its ids.
+hundreds of millions of addresses for a long sequence.  :func:`tile_runs` finds a variable's runs
+and their place in its per-tile blocks in one pass over its element tiles (no sort: a long
+sequence has millions of runs); :func:`fill_addresses` answers an address query by walking the
+runs — for an id array, or for a strided view without materialising its ids.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def count_runs(tiles):  # pragma: no cover (compiled)
+    """How many maximal runs of equal values ``tiles`` has."""
+    if tiles.shape[0] == 0:
+        return 0
+    count = 1
+    for k in range(1, tiles.shape[0]):
+        count += tiles[k] != tiles[k - 1]
+    return count
+
+
+@njit(cache=True, nogil=True)
+def tile_runs(tiles, first_id, size, counts, firsts, lengths, run_tiles,
+              ranks):  # pragma: no cover (compiled)
+    """The maximal runs of equal tiles in the element tiles of a variable whose ids start at
+    ``first_id`` and whose elements are ``size`` bytes: each run's first id, length and tile, and
+    its byte ``rank`` — the bytes of the variable's elements before it on its tile (written into
+    arrays sized by :func:`count_runs`).  ``counts`` (zeros, one per tile) ends holding the
+    variable's elements per tile.  Returns how many elements are unmapped (tile ``-1``)."""
+    n = tiles.shape[0]
+    unmapped = 0
+    run = 0
+    k = 0
+    while k < n:
+        tile = tiles[k]
+        end = k + 1
+        while end < n and tiles[end] == tile:
+            end += 1
+        firsts[run], lengths[run], run_tiles[run] = first_id + k, end - k, tile
+        if tile < 0:
+            unmapped += end - k
+            ranks[run] = 0
+        else:
+            ranks[run] = counts[tile] * size
+            counts[tile] += end - k
+        run += 1
+        k = end
+    return unmapped
 
 
 @njit(cache=True, nogil=True)
@@ -28,40 +70,64 @@ def find_run(i, run, jump, first_id, length):  # pragma: no cover (compiled)
 
 @njit(cache=True, nogil=True)
 def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, elem_size,
-                    stride, unit, result):  # pragma: no cover (compiled)
-    """``result[k]`` = byte address // ``unit`` of the ``k``-th id: ``ids[k]`` if ``ids`` is not
-    empty, else the ``k``-th id of the strided view ``offset + sum(index_d * strides[d])`` in
-    row-major order (walked with an odometer, so no id array is materialised).  Returns the
-    position of the first id in no run (an unallocated variable), or -1.  Addresses of a run are
-    ``start + j * step`` with ``start`` divided once per run: every ``unit`` used divides the
-    element size and the tile stride, and blocks are aligned to it."""
+                   stride, unit, result, at, result_strides):  # pragma: no cover (compiled)
+    """Byte address // ``unit`` of every element of a view of ``shape``, in row-major order: the
+    element's id is the next of ``ids`` if ``ids`` is not empty, else that of the strided view
+    ``offset + sum(index_d * strides[d])`` (walked with an odometer, so no id array is
+    materialised).  Element ``index`` goes to ``result[at + sum(index_d * result_strides[d])]``,
+    so a concatenation's parts are written straight into their places in its result.  Returns the
+    row-major position of the first id in no run (an unallocated variable), or -1.
+
+    Addresses of a run are ``start + j * step`` with ``start`` divided once per run: every
+    ``unit`` used divides the element size and the tile stride, and blocks are aligned to it.  A
+    strided view whose rows are consecutive ids, written to consecutive places, is filled a run
+    at a time: a loop the compiler vectorises, not a run lookup per element."""
     rank = shape.shape[0]
-    counter = np.zeros(rank, dtype=np.int64)
+    inner = shape[rank - 1]
+    total = 1
+    for d in range(rank):
+        total *= shape[d]
     walk = ids.shape[0] == 0
-    i = offset
+    chunked = walk and strides[rank - 1] == 1 and result_strides[rank - 1] == 1
+    counter = np.zeros(rank, dtype=np.int64)
+    row_id, row_at = offset, at
     run = jump = -1
     start = step = 0
-    for k in range(result.shape[0]):
-        if not walk:
-            i = ids[k]
-        if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
-            found = find_run(i, run, jump, first_id, length)
-            if found < 0:
-                return k
-            if run >= 0 and found != run + 1:
-                jump = found - run
-            run = found
-            start = (tile[run] * stride + within[run]) // unit - first_id[run] * (elem_size[run] // unit)
-            step = elem_size[run] // unit
-        result[k] = start + i * step
-        if walk:
-            d = rank - 1
-            while d >= 0:
-                counter[d] += 1
-                i += strides[d]
-                if counter[d] < shape[d]:
-                    break
-                i -= strides[d] * shape[d]
-                counter[d] = 0
-                d -= 1
+    k = 0
+    while k < total:
+        c = 0
+        while c < inner:
+            i = row_id + c * strides[rank - 1] if walk else ids[k]
+            if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
+                found = find_run(i, run, jump, first_id, length)
+                if found < 0:
+                    return k
+                if run >= 0 and found != run + 1:
+                    jump = found - run
+                run = found
+                step = elem_size[run] // unit
+                start = (tile[run] * stride + within[run]) // unit - first_id[run] * step
+            place = row_at + c * result_strides[rank - 1]
+            if chunked:
+                count = min(inner - c, first_id[run] + length[run] - i)
+                first = start + i * step
+                for j in range(count):
+                    result[place + j] = first + j * step
+                c += count
+                k += count
+            else:
+                result[place] = start + i * step
+                c += 1
+                k += 1
+        d = rank - 2
+        while d >= 0:
+            counter[d] += 1
+            row_id += strides[d]
+            row_at += result_strides[d]
+            if counter[d] < shape[d]:
+                break
+            row_id -= strides[d] * shape[d]
+            row_at -= result_strides[d] * shape[d]
+            counter[d] = 0
+            d -= 1
     return -1

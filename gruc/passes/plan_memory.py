@@ -38,11 +38,10 @@ from typing import ClassVar
 import numpy as np
 
 from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
-from gruc.ir.mapping import UNMAPPED, runs_of
 from gruc.ir.module import Module
 from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import Tensor
-from gruc.passes.addresses import fill_addresses
+from gruc.passes.addresses import count_runs, fill_addresses, tile_runs
 from gruc.passes.liveness import Liveness, analyse_liveness
 
 __all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
@@ -145,50 +144,69 @@ class MemoryPlan:
 
     def id_addresses(self, ids: np.ndarray, tile_stride: int | None = None) -> np.ndarray:
         """Byte address of each global element id in ``ids`` (int64); see :meth:`element_addresses`."""
-        return self._of_ids(ids, tile_stride, 1)
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        result = np.empty(len(ids), dtype=np.int64)
+        self._fill(ids, 0, (len(ids),), (0,), tile_stride, 1, result, 0, (1,))
+        return result
 
     def element_addresses(self, tensor: Tensor, tile_stride: int | None = None) -> np.ndarray:
         """Byte address of each element of ``tensor``'s flattened view, as int64:
         ``tile * tile_stride + offset + rank * dtype.size`` (``tile_stride`` defaults to the
         target's ``bytes_per_tile``; lowering passes its packed stride)."""
-        return self._tensor(tensor, tile_stride, 1)
+        return self._tensor_into(tensor, tile_stride, 1, None)
 
-    def element_indices(self, tensor: Tensor, tile_stride: int) -> np.ndarray:
+    def element_indices(self, tensor: Tensor, tile_stride: int,
+                        out: np.ndarray | None = None) -> np.ndarray:
         """:meth:`element_addresses` divided by the element size: the typed index of each element
-        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs)."""
-        return self._tensor(tensor, tile_stride, tensor.dtype.size)
+        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs).
+        With ``out`` (int64, one entry per element) they are written there and it is returned."""
+        return self._tensor_into(tensor, tile_stride, tensor.dtype.size, out)
 
-    def _tensor(self, tensor: Tensor, tile_stride: int | None, unit: int) -> np.ndarray:
-        if isinstance(tensor.op, ConcatOp):  # part by part: the parts are mostly strided, and a
-            # long sequence's per-tile column picks would otherwise list every id of the sequence
-            parts = [self._tensor(part, tile_stride, unit).reshape(part.shape)
-                     for part in tensor.sources]
-            return np.concatenate(parts, axis=tensor.op.dim).reshape(-1)
+    def _tensor_into(self, tensor: Tensor, tile_stride: int | None, unit: int,
+                     out: np.ndarray | None) -> np.ndarray:
+        shape = tensor.shape or (1,)
+        if out is None:
+            out = np.empty(tensor.num_elements, dtype=np.int64)
+        places = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major element strides of ``out``
+        self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places.tolist()))
+        return out
+
+    def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,
+               out: np.ndarray, at: int, places: tuple[int, ...]) -> None:
+        """Write the addresses of ``tensor`` (viewed as ``shape``) into ``out`` from ``at``, its
+        elements ``places`` apart per dim."""
+        if isinstance(tensor.op, ConcatOp):  # part by part, each straight into its place: the
+            # parts are mostly strided, and a long sequence's per-tile column picks would
+            # otherwise list every id of the sequence
+            dim = tensor.op.dim
+            for part in tensor.sources:
+                self._place(part, part.shape, tile_stride, unit, out, at, places)
+                at += part.shape[dim] * places[dim]
+            return
         layout = tensor.layout()
         if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
-            return self._resolve(_NO_IDS, layout.offset, np.array(tensor.shape, dtype=np.int64),
-                                 np.array(layout.strides, dtype=np.int64), tensor.num_elements,
-                                 tile_stride, unit)
-        return self._of_ids(layout, tile_stride, unit)
+            self._fill(_NO_IDS, layout.offset, shape, layout.strides or (0,), tile_stride, unit,
+                       out, at, places)
+        else:
+            ids = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1)
+            self._fill(ids, 0, shape, (0,) * len(shape), tile_stride, unit, out, at, places)
 
-    def _of_ids(self, ids: np.ndarray, tile_stride: int | None, unit: int) -> np.ndarray:
-        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
-        return self._resolve(ids, 0, _NO_IDS, _NO_IDS, len(ids), tile_stride, unit)
-
-    def _resolve(self, ids: np.ndarray, offset: int, shape: np.ndarray, strides: np.ndarray,
-                 count: int, tile_stride: int | None, unit: int) -> np.ndarray:
-        """Addresses (divided by ``unit``) of ``count`` elements named by ``ids`` or, if that is
-        empty, by the strided view ``(offset, shape, strides)``: one compiled pass over the runs."""
+    def _fill(self, ids: np.ndarray, offset: int, shape: tuple[int, ...],
+              strides: tuple[int, ...], tile_stride: int | None, unit: int, out: np.ndarray,
+              at: int, places: tuple[int, ...]) -> None:
+        """Addresses (divided by ``unit``) of the elements named by ``ids`` or, if that is empty,
+        by the strided view ``(offset, shape, strides)``, placed as :meth:`_place` says: one
+        compiled pass over the runs."""
         stride = self.capacity if tile_stride is None else int(tile_stride)
-        result = np.empty(count, dtype=np.int64)
-        bad = fill_addresses(ids, offset, shape, strides, *self._runs, stride, unit, result)
+        as_array = (lambda values: np.array(values, dtype=np.int64))
+        bad = fill_addresses(ids, offset, as_array(shape), as_array(strides), *self._runs, stride,
+                             unit, out, at, as_array(places))
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
-                offset + int(np.dot(np.unravel_index(bad, tuple(shape)), strides))
+                offset + int(np.dot(np.unravel_index(bad, shape), strides))
             variable = self._graph.variables[int(self._graph.variable_of_id(np.array([bad_id]))[0])]
             raise GrucValueError(f"variable {variable.name!r} has no memory in this plan (it is "
                                  "not used by the module and not fully mapped)")
-        return result
 
     def summary(self) -> str:
         """A few lines: bytes per category and tiles that do not fit."""
@@ -272,48 +290,40 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         liveness = analyse_liveness(module)
     num_tiles, capacity, alignment = target.num_tiles, target.bytes_per_tile, target.memory_alignment
 
-    # Runs of consecutive elements on one tile, for every variable that gets memory.
-    run_var, run_tile, run_begin, run_length = [], [], [], []
-    allocated = []
-    for index, variable in enumerate(graph.variables):
-        if variable.num_elements == 0 or index not in liveness.used:
-            continue
-        tiles = graph.element_tiles(variable)
-        begins, ends = runs_of(tiles)
-        unmapped = int((ends - begins)[tiles[begins] == UNMAPPED].sum())
+    # Runs of consecutive elements on one tile, and blocks (a variable's elements on one tile),
+    # for every variable that gets memory: one compiled pass per variable, no sort, each
+    # variable's runs written in place (a long sequence has tens of millions of them).
+    allocated = [index for index, variable in enumerate(graph.variables)
+                 if variable.num_elements and index in liveness.used]
+    counts = [count_runs(graph.element_tiles(graph.variables[index])) for index in allocated]
+    run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
+    run_first, run_length, run_tile, run_within, run_block = \
+        (np.empty(run_at[-1], dtype=np.int64) for _ in range(5))
+    run_size = np.empty(run_at[-1], dtype=np.int64)
+    blocks, first_block = [], 0
+    for index, begin, end in zip(allocated, run_at[:-1], run_at[1:]):
+        variable = graph.variables[index]
+        size = variable.dtype.size
+        per_tile = np.zeros(num_tiles, dtype=np.int64)
+        unmapped = tile_runs(graph.element_tiles(variable), variable.first_id, size, per_tile,
+                             run_first[begin:end], run_length[begin:end], run_tile[begin:end],
+                             run_within[begin:end])
         if unmapped:
             raise GrucMappingError(
                 f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
                 f"by the module but {unmapped} of its {variable.num_elements} elements have no "
                 "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
-        allocated.append(index)
-        run_var.append(np.full(len(begins), index, dtype=np.int64))
-        run_tile.append(tiles[begins])
-        run_begin.append(begins)
-        run_length.append(ends - begins)
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
-    run_var, run_tile, run_begin, run_length = map(cat, (run_var, run_tile, run_begin, run_length))
-
-    # Blocks = distinct (variable, tile); each run's rank offset inside its block.
-    key = run_var * num_tiles + run_tile
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    sorted_len = run_length[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = sorted_key[1:] != sorted_key[:-1]
-    block_start = np.flatnonzero(first)
-    csum = np.cumsum(sorted_len) - sorted_len
-    run_block_sorted = np.cumsum(first) - 1
-    run_rank = np.empty(len(order), dtype=np.int64)
-    run_rank[order] = csum - csum[block_start][run_block_sorted]
-    run_block = np.empty(len(order), dtype=np.int64)
-    run_block[order] = run_block_sorted
-    block_key = sorted_key[block_start]
-    block_count = np.add.reduceat(sorted_len, block_start) if len(order) else block_key
-    block_variable = block_key // num_tiles
-    block_tile = block_key % num_tiles
-    elem_size = np.array([v.dtype.size for v in graph.variables], dtype=np.int64)
-    block_nbytes = block_count * elem_size[block_variable] if len(block_key) else block_key
+        block_tiles = np.flatnonzero(per_tile)
+        block_of_tile = np.zeros(num_tiles, dtype=np.int64)
+        block_of_tile[block_tiles] = np.arange(first_block, first_block + len(block_tiles))
+        np.take(block_of_tile, run_tile[begin:end], out=run_block[begin:end])
+        run_size[begin:end] = size
+        blocks.append((np.full(len(block_tiles), index, dtype=np.int64), block_tiles,
+                       per_tile[block_tiles] * size))
+        first_block += len(block_tiles)
+    joined = (lambda k: np.concatenate([block[k] for block in blocks]) if blocks
+              else np.zeros(0, np.int64))
+    block_variable, block_tile, block_nbytes = joined(0), joined(1), joined(2)
     block_size = _align(block_nbytes, alignment)
     always_set = np.zeros(len(graph.variables), dtype=bool)
     always_set[list(liveness.always_live)] = True
@@ -323,7 +333,7 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     by_tile = np.lexsort((block_variable, block_tile))
     tiles_sorted = block_tile[by_tile]
     cuts = np.flatnonzero(np.diff(tiles_sorted)) + 1
-    block_offset = np.zeros(len(block_key), dtype=np.int64)
+    block_offset = np.zeros(len(block_variable), dtype=np.int64)
     always_live_bytes = np.zeros(num_tiles, dtype=np.int64)
     nal_bytes = np.zeros(num_tiles, dtype=np.int64)
     total_bytes = np.zeros(num_tiles, dtype=np.int64)
@@ -348,9 +358,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
                         zip(block_variable[on_tile[:LARGEST_SHOWN]], block_nbytes[on_tile[:LARGEST_SHOWN]]))
         overflows.append(TileOverflow(tile, int(total_bytes[tile]), capacity, largest))
 
-    first_ids = np.array([v.first_id for v in graph.variables], dtype=np.int64)
-    runs = (first_ids[run_var] + run_begin, run_length, run_tile.astype(np.int64),
-            block_offset[run_block] + run_rank * elem_size[run_var], elem_size[run_var])
+    run_within += block_offset[run_block]  # a run's bytes before it on its tile, then where
+    runs = (run_first, run_length, run_tile, run_within, run_size)  # its block starts
     arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
               always_live_bytes, nal_bytes, total_bytes, *runs]
     for array in arrays:

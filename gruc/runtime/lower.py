@@ -79,6 +79,23 @@ class Operand:
             self._resolve, self._checks = None, []
         return self._index
 
+    def index_into(self, out: np.ndarray) -> None:
+        """Write ``index`` into ``out`` (flat int64) without keeping it, for a reader that needs
+        it once: a slice group turns a long sequence's indices into row tables, and kept, those
+        indices would hold gigabytes for the engine's lifetime.  The checks run on it as on
+        resolving; a later ``index`` computes the same values again."""
+        if self._index is not None:
+            out[:] = self._index.reshape(-1)
+            return
+        self._resolve(out=out)
+        self._index = out
+        try:  # the checks read ``index``
+            for check in self._checks:
+                check(self)
+        finally:
+            self._index = None
+        self._checks = []
+
     @property
     def resolved(self) -> bool:
         """Whether ``index`` has been computed (reading it computes it)."""

@@ -191,6 +191,42 @@ def test_a_lazy_check_runs_when_the_index_is_first_computed():
     assert lowered.fields["out"].index.size == 120  # the other fields are fine
 
 
+def test_an_index_written_once_is_checked_and_not_kept():
+    """``index_into`` (how a slice group reads its long bases) runs the pending check on what it
+    writes — a bad index raises every time — and keeps nothing: a good one equals ``index``."""
+    g, prog = small_program()
+    compiled = compile_program(g, prog)
+    executable = lower(compiled.module, compiled.plan)
+    x = next(v for v in g.variables if v.name == "x")
+    offsets = compiled.plan.block_offset.copy()
+    offsets[compiled.plan.block_variable == x.index] += 4096
+    tampered = dataclasses.replace(compiled.plan, block_offset=offsets)
+    verify_memory(compiled.module, tampered, executable, lazy=True)
+    _, lowered = first_vertex(executable, "Map")
+    bad, good = lowered.fields["ins"][0], lowered.fields["out"]
+    for _ in range(2):
+        with pytest.raises(GrucVerifyError, match=r"field 'ins\[0\]' element 0 .* is outside"):
+            bad.index_into(np.empty(120, np.int64))
+        assert not bad.resolved
+    written = np.empty(120, np.int64)
+    good.index_into(written)
+    assert not good.resolved
+    assert np.array_equal(written, good.index) and good.resolved
+
+
+def test_an_engine_does_not_keep_the_indices_of_sliced_sequences():
+    """A slice group's tables are all an engine keeps of its bases (a long sequence's indices
+    would be gigabytes), and the layer still computes what the reference does."""
+    config = gru_layer.GruLayerConfig(sequence_size=5, batch_size=2, input_size=3, output_size=4,
+                                      phase="all")
+    run = gru_layer.run_layer(config)
+    bases = [lowered.fields["base"] for leaf in run.engine.executable.leaves
+             if isinstance(leaf, ExecuteStep) for lowered in leaf.vertices
+             if lowered.kind in ("DynamicSlice", "DynamicUpdate")]
+    assert bases and not any(base.resolved for base in bases)
+    assert run.passed, run.mismatches
+
+
 def test_an_engine_computes_host_stream_indices_when_the_host_uses_them():
     g, prog = small_program()
     engine = Engine(g, prog)

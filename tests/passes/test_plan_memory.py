@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from gruc import (Call, Copy, FLOAT, HALF, Graph, GrucMappingError, GrucOutOfMemory,
                   GrucValueError, Module, Repeat, Sequence, Target, WriteUndef)
 from gruc.ir.expr import _1
+from gruc.ir.mapping import TileMapping
+from gruc.ir.tensor import concat
 from gruc.passes.liveness import analyse_liveness
 from gruc.passes.plan_memory import MemoryPlan, PlanMemory, plan_memory
 
@@ -79,7 +81,6 @@ def test_alignment_and_block_per_tile_in_element_order():
     g = Graph(TARGET)
     h = g.add_variable(HALF, [7], "h")  # 14 bytes -> 16 with the 8-byte alignment
     f = g.add_variable(FLOAT, [6], "f")
-    from gruc.ir.mapping import TileMapping
     g.set_tile_mapping(h, 0)
     g.set_tile_mapping(f, TileMapping.from_element_tiles(np.array([1, 0, 1, 1, 0, 2])))
     g.create_host_write("h", h)
@@ -391,3 +392,60 @@ def test_planning_an_ipu2_module_is_fast():
     assert len(addresses) == 64 * 256
     assert plan.always_live_bytes.sum() > 0 and plan.not_always_live_bytes.max() > 0
     assert plan.total_bytes.max() < Target.ipu2().bytes_per_tile
+
+
+# ---- addresses of views -------------------------------------------------------------------------
+def _view(draw, t):
+    """A random view of ``t``: slices, reversals, subsamples, transposes, broadcasts, reshapes and
+    concatenations (along any dim, nested) — the forms lowering resolves addresses of."""
+    for _ in range(draw(st.integers(0, 4))):
+        choice = draw(st.sampled_from(["slice", "reverse", "subsample", "shuffle", "broadcast",
+                                       "reshape", "concat", "scalar"]))
+        dim = draw(st.integers(0, t.rank - 1)) if t.rank else 0
+        if choice == "scalar" and t.num_elements:
+            return t.reshape([t.num_elements])[draw(st.integers(0, t.num_elements - 1))]
+        if t.rank == 0:
+            break
+        size = t.shape[dim]
+        if choice == "slice" and size:
+            begin = draw(st.integers(0, size - 1))
+            t = t.slice(begin, draw(st.integers(begin, size)), dim)
+        elif choice == "reverse":
+            t = t.reverse(dim)
+        elif choice == "subsample":
+            t = t.subsample(draw(st.integers(1, 3)), dim)
+        elif choice == "shuffle":
+            t = t.dim_shuffle(draw(st.permutations(range(t.rank))))
+        elif choice == "broadcast" and t.num_elements < 200:
+            t = t.broadcast(draw(st.integers(1, 3)), dim)
+        elif choice == "reshape":
+            t = t.reshape([t.num_elements])
+        elif choice == "concat":  # with itself reversed along some dim or sliced along ``dim``
+            begin = draw(st.integers(0, size))
+            other = draw(st.sampled_from([t.reverse(d) for d in range(t.rank)]
+                                         + [t.slice(begin, size, dim)]))
+            t = concat([t, other] if draw(st.booleans()) else [other, t, other], dim)
+    return t
+
+
+@settings(deadline=None, max_examples=120)
+@given(st.data())
+def test_view_addresses_follow_their_ids(data):
+    """Any view's addresses (strided views walked in place, concatenations part by part into
+    their places) are those of its element ids, one by one, and ``out=`` receives the same."""
+    graph = Graph(TARGET)
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))
+    x = graph.add_variable(FLOAT, shape, "x")
+    y = graph.add_variable(HALF, [7], "y")
+    tiles = data.draw(st.lists(st.integers(0, TARGET.num_tiles - 1),
+                               min_size=x.num_elements, max_size=x.num_elements))
+    graph.set_tile_mapping(x, TileMapping.from_element_tiles(np.array(tiles)))
+    graph.set_tile_mapping(y, 1)
+    module = Module(graph, [Sequence(Copy(x, x), Copy(y, y))])
+    plan = plan_memory(module)
+    view = _view(data.draw, x)
+    expected = plan.id_addresses(view.flat_ids())
+    assert plan.element_addresses(view).tolist() == expected.tolist()
+    out = np.full(view.num_elements, -1, dtype=np.int64)
+    assert plan.element_indices(view, 8192, out=out) is out
+    assert out.tolist() == (plan.id_addresses(view.flat_ids(), 8192) // 4).tolist()

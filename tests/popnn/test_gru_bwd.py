@@ -321,7 +321,7 @@ def test_saved_gate_gradients_are_zero_at_padded_steps(lengths):
     fwd = gru_reference.forward(data["x"], data["h0"], data["wi"], data["wo"], data["b"],
                                 lengths=np.asarray(lengths), recurrent_activation="tanh")
     np.testing.assert_allclose(got["d_gates"], gru_reference.backward(fwd, data["grad"])
-                               .bwd_intermediates, atol=1e-5)
+                               .bwd_intermediates, rtol=1e-5, atol=1e-5)  # gradients reach ~7
     padded = np.arange(s)[:, None] >= np.broadcast_to(lengths, (b,))[None, :]
     assert np.all(got["d_gates"].transpose(0, 2, 1, 3)[padded] == 0)
 

@@ -221,10 +221,14 @@ def _piece_tables(base_index, base_at, window_index, window_at, rows, window_row
 
 
 def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
-    """The operands' element indices joined, and where each one's begin."""
-    sizes = [op.index.size for op in operands]  # lowering's indices are int64: no copy
-    return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64, copy=False),
-            np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1])
+    """The operands' element indices joined (each written straight into its place, not kept by
+    the operand), and where each one's begin."""
+    sizes = np.array([math.prod(op.shape) for op in operands], dtype=np.int64)
+    at = np.concatenate(([0], np.cumsum(sizes)))
+    joined = np.empty(int(at[-1]), dtype=np.int64)
+    for operand, begin, end in zip(operands, at[:-1].tolist(), at[1:].tolist()):
+        operand.index_into(joined[begin:end])
+    return joined, at[:-1]
 
 
 def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
