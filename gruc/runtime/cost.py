@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
+from numba import njit
 
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.layout import ConcatOp
@@ -260,14 +261,26 @@ class _StepCoster:
 
     def copy(self, node: Copy, compute: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
              crossing: list[bool]) -> None:
-        dst_tiles = self.graph.element_tiles(node.dst).astype(np.int64)
-        src_tiles = self.graph.element_tiles(node.src).astype(np.int64)
-        away = dst_tiles != src_tiles
-        local_bytes = np.bincount(dst_tiles[~away], minlength=self.num_tiles) * node.dst.dtype.size
-        compute += np.where(local_bytes > 0, -(-local_bytes // COPY_BYTES_PER_CYCLE), 0)
-        if away.any():  # the source read by each destination element's tile
-            self.remote_by_element(node.src, dst_tiles, src_tiles, away, bytes_in, bytes_out,
-                                   crossing)
+        """Local bytes are copied on their tile; each source element held elsewhere is sent to its
+        destination's tile (once per receiver if the source names it more than once)."""
+        dst_tiles = np.ascontiguousarray(self.graph.element_tiles(node.dst))
+        src_tiles = np.ascontiguousarray(self.graph.element_tiles(node.src))
+        size = node.dst.dtype.size
+        local, received, sent = self.zeros(), self.zeros(), self.zeros()
+        crosses = _copy_counts(dst_tiles, src_tiles, self.target.tiles_per_ipu, local, received,
+                               sent)
+        local *= size
+        compute += np.where(local > 0, -(-local // COPY_BYTES_PER_CYCLE), 0)
+        if not received.any():
+            return
+        if node.src.has_repeats():  # a broadcast source: one transfer per (element, receiver)
+            dst_tiles, src_tiles = dst_tiles.astype(np.int64), src_tiles.astype(np.int64)
+            self.remote_by_element(node.src, dst_tiles, src_tiles, dst_tiles != src_tiles,
+                                   bytes_in, bytes_out, crossing)
+        else:  # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
+            bytes_in += received * size
+            bytes_out += sent * size
+            crossing.append(crosses)
 
     def step(self, step: Step) -> StepCost:
         node = step.node
@@ -291,6 +304,23 @@ class _StepCoster:
         if any(crossing):
             sync = max(sync, self.target.inter_ipu_sync_cycles)
         return StepCost(compute, bytes_in, bytes_out, int(compute.max(initial=0)), exchange, sync)
+
+
+@njit(cache=True, nogil=True)
+def _copy_counts(dst_tiles, src_tiles, tiles_per_ipu, local, received,
+                 sent):  # pragma: no cover (compiled)
+    """Per tile, the copy's elements that stay on it (``local``), arrive at it from another tile
+    (``received``) and leave it (``sent``); returns whether any crosses between IPUs."""
+    crosses = False
+    for k in range(dst_tiles.shape[0]):
+        to, held = dst_tiles[k], src_tiles[k]
+        if to == held:
+            local[to] += 1
+        else:
+            received[to] += 1
+            sent[held] += 1
+            crosses |= to // tiles_per_ipu != held // tiles_per_ipu
+    return crosses
 
 
 def step_costs(graph: Graph, steps: tuple[Step, ...]) -> tuple[StepCost, ...]:

@@ -33,6 +33,18 @@ def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
         self.transfers(receivers, senders, tensor.dtype.size, bytes_in, bytes_out, crossing)
 
 
+def per_copy(self, node, compute, bytes_in, bytes_out, crossing) -> None:
+    """The definition for a copy: local bytes are copied on the destination's tile, and each
+    (source element, receiving tile) pair held elsewhere is one transfer."""
+    dst_tiles = self.graph.element_tiles(node.dst).astype(np.int64)
+    src_tiles = self.graph.element_tiles(node.src).astype(np.int64)
+    away = dst_tiles != src_tiles
+    local = np.bincount(dst_tiles[~away], minlength=self.num_tiles) * node.dst.dtype.size
+    compute += np.where(local > 0, -(-local // cost.COPY_BYTES_PER_CYCLE), 0)
+    if np.any(away):
+        per_read(self, [(node.src, dst_tiles)], bytes_in, bytes_out, crossing)
+
+
 def as_numbers(costs) -> list[tuple]:
     return [(c.compute_by_tile.tolist(), c.bytes_in_by_tile.tolist(), c.bytes_out_by_tile.tolist(),
              c.compute_cycles, c.exchange_cycles, c.sync_cycles) for c in costs]
@@ -75,6 +87,7 @@ def test_costs_are_the_per_read_definitions(monkeypatch, direct, batch):
     monkeypatch.setattr(cost, "READ_BATCH_ELEMENTS", batch)
     found = [as_numbers(cost.step_costs(graph, steps)) for graph, steps in modules]
     monkeypatch.setattr(cost._StepCoster, "remote", per_read)
+    monkeypatch.setattr(cost._StepCoster, "copy", per_copy)
     expected = [as_numbers(cost.step_costs(graph, steps)) for graph, steps in modules]
     assert found == expected
     assert any(sum(c[1]) for c in expected[0]) and any(sum(c[1]) for c in expected[1])
