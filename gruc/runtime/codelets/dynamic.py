@@ -220,15 +220,50 @@ def _piece_tables(base_index, base_at, window_index, window_at, rows, window_row
     return widths, width_start, base_pieces, base_start, window_pieces, window_start
 
 
-def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
-    """The operands' element indices joined (each written straight into its place, not kept by
-    the operand), and where each one's begin."""
+def _flat_indices(operands: list[Operand], into: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The operands' element indices joined at the start of ``into`` (each written straight into
+    its place, not kept by the operand), and where each one's begin."""
     sizes = np.array([math.prod(op.shape) for op in operands], dtype=np.int64)
     at = np.concatenate(([0], np.cumsum(sizes)))
-    joined = np.empty(int(at[-1]), dtype=np.int64)
+    joined = into[:int(at[-1])]
     for operand, begin, end in zip(operands, at[:-1].tolist(), at[1:].tolist()):
         operand.index_into(joined[begin:end])
     return joined, at[:-1]
+
+
+TABLE_BATCH_ELEMENTS = 1 << 22
+"""A group's base and window indices are resolved for this many elements at a time, into one
+buffer: a long sequence's are gigabytes, and fresh memory is paid for in page faults."""
+
+
+def _group_tables(bases: list[Operand], windows: list[Operand], rows: np.ndarray,
+                  window_rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`_piece_tables` of a group, computed for a batch of vertices at a time and joined."""
+    sizes = [math.prod(b.shape) + math.prod(w.shape) for b, w in zip(bases, windows)]
+    scratch = np.empty(max(TABLE_BATCH_ELEMENTS, *sizes), dtype=np.int64)
+    parts, begin = [], 0
+    while begin < len(bases):
+        end, total = begin + 1, sizes[begin]
+        while end < len(bases) and total + sizes[end] <= len(scratch):
+            total += sizes[end]
+            end += 1
+        base_index, base_at = _flat_indices(bases[begin:end], scratch)
+        window_index, window_at = _flat_indices(windows[begin:end], scratch[len(base_index):])
+        parts.append(_piece_tables(base_index, base_at, window_index, window_at,
+                                   rows[begin:end], window_rows[begin:end], columns[begin:end]))
+        begin = end
+    if len(parts) == 1:
+        return parts[0]
+
+    def starts(k: int) -> np.ndarray:  # a per-vertex start table, shifted past earlier batches
+        shifted, shift = [], 0
+        for part in parts:
+            shifted.append(part[k][:-1] + shift)
+            shift += int(part[k][-1])
+        return np.concatenate(shifted + [np.array([shift], dtype=np.int64)])
+
+    joined = (lambda k: np.concatenate([part[k] for part in parts]))
+    return joined(0), starts(1), joined(2), starts(3), joined(4), starts(5)
 
 
 def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
@@ -248,13 +283,11 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     bases = [v.fields["base"] for v in vertices]
     windows = [v.fields[window_field] for v in vertices]
     offsets = [v.fields["offset"] for v in vertices]
-    base_index, base_at = _flat_indices(bases)
-    window_index, window_at = _flat_indices(windows)
     columns = np.array([b.shape[-1] for b in bases], np.int64)
     rows = np.array([math.prod(b.shape[:-1]) for b in bases], np.int64)
     window_count = np.array([math.prod(w.shape[:-1]) for w in windows], np.int64)
-    widths, width_start, base_pieces, base_start, window_pieces, window_start = _piece_tables(
-        base_index, base_at, window_index, window_at, rows, window_count, columns)
+    widths, width_start, base_pieces, base_start, window_pieces, window_start = _group_tables(
+        bases, windows, rows, window_count, columns)
     dim_start = np.cumsum([0] + [len(b.shape) - 1 for b in bases], dtype=np.int64)
     dim_sizes = np.concatenate([b.shape[:-1] for b in bases]).astype(np.int64)
     window_sizes = np.concatenate([w.shape[:-1] for w in windows]).astype(np.int64)
