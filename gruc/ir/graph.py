@@ -186,13 +186,20 @@ class Graph:
                                  f"(allowed 0..{self.target.num_tiles - 1})")
 
     def set_tile_mapping(self, tensor: Tensor,
-                         mapping: int | TileMapping | list[list[tuple[int, int]]]) -> None:
+                         mapping: int | np.ndarray | TileMapping | list[list[tuple[int, int]]]
+                         ) -> None:
         """Map every element of ``tensor`` (any view) to one tile, or as ``mapping`` says.
 
-        ``mapping`` is a tile number, a :class:`TileMapping` over the tensor's flattened elements,
-        or Poplar's form: one list of ``(begin, end)`` intervals per tile.
+        ``mapping`` is a tile number; an integer array broadcastable to the tensor's shape, the
+        tile of each element (a row's tiles for a tensor whose rows are all laid out alike, as
+        sequences are: nothing per element is made but the mapping itself); a
+        :class:`TileMapping` over the tensor's flattened elements; or Poplar's form: one list of
+        ``(begin, end)`` intervals per tile.
         """
         count = self._own(tensor).num_elements
+        if isinstance(mapping, np.ndarray):
+            self._set_element_tiles(tensor, mapping)
+            return
         if isinstance(mapping, (int, np.integer)) and not isinstance(mapping, (bool, np.bool_)):
             tiles = int(mapping)
             if count:
@@ -214,6 +221,24 @@ class Graph:
             self._tile_of_id[tensor.flat_ids()] = tiles
         else:  # one run of ids: written without listing them
             self._tile_of_id[start:start + count] = tiles
+
+    def _set_element_tiles(self, tensor: Tensor, tiles: np.ndarray) -> None:
+        """``set_tile_mapping`` with the tile of each element, broadcast over ``tensor``."""
+        expect(tiles.dtype.kind in "iu", GrucTypeError,
+               f"a tile mapping array must hold integers (tile numbers), got dtype {tiles.dtype}")
+        try:
+            fits = np.broadcast_shapes(tiles.shape, tensor.shape) == tensor.shape
+        except ValueError:
+            fits = False
+        expect(fits, GrucShapeError, f"tile mapping array of shape {list(tiles.shape)} cannot "
+                                     f"be broadcast to the tensor's shape {list(tensor.shape)}")
+        if tensor.num_elements:
+            self._check_tiles(tiles.reshape(-1), "set_tile_mapping")
+        start = tensor.contiguous_start()
+        if start is None:
+            self._tile_of_id[tensor.flat_ids()] = np.broadcast_to(tiles, tensor.shape).reshape(-1)
+        else:  # broadcast straight into the table: a long sequence's tiles are written once
+            self._tile_of_id[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements."""

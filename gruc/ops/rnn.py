@@ -118,7 +118,8 @@ LoopFn = Callable[[Graph, TimeStep, list[Tensor], RnnSlice, list, Seq], None]
 
 def _laid_out(graph: Graph, dtype: DType, layout: SequenceTileLayout, name: str) -> Variable:
     variable = graph.add_variable(dtype, layout.shape, name)
-    graph.set_tile_mapping(variable, layout.tile_mapping())
+    for first, last, tiles in layout.shard_row_tiles():
+        graph.set_tile_mapping(variable[first:last], tiles)
     return variable
 
 

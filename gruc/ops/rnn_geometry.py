@@ -35,7 +35,6 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from gruc.errors import GrucOptionError, GrucValueError, expect
-from gruc.ir.mapping import TileMapping, runs_of
 from gruc.target import Target
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
@@ -322,21 +321,14 @@ class SequenceTileLayout:
         tiles = np.asarray(self.shard_tiles, dtype=np.int64)
         return tiles[shard_of_row[:, None, None], self._tile_of_shard()[None]].ravel()
 
-    def tile_mapping(self) -> TileMapping:
-        """:meth:`element_tiles` as runs, made from one row's runs (every row of a shard is laid
-        out alike), so a long sequence's mapping never lists its elements one by one."""
-        pattern = self._tile_of_shard().reshape(-1)
-        begins, ends = runs_of(pattern)
-        row = len(pattern)
-        parts = []
-        for (first, last), tiles in zip(self.shard_rows, self.shard_tiles):
-            starts = np.arange(first, last, dtype=np.int64)[:, None] * row
-            run_tiles = np.asarray(tiles, dtype=np.int64)[pattern[begins]]
-            parts.append((starts + begins, starts + ends,
-                          np.broadcast_to(run_tiles, (last - first, len(begins)))))
-        begins, ends, tiles = (np.concatenate([part[k].reshape(-1) for part in parts])
-                               for k in range(3))
-        return TileMapping(begins, ends, tiles, row * self.shape[0])
+    def shard_row_tiles(self) -> list[tuple[int, int, np.ndarray]]:
+        """:meth:`element_tiles` shard by shard: ``(first row, end row, tiles)`` with the
+        ``[batch_size, size]`` tiles every row of the shard has, so a long sequence is mapped by
+        broadcasting one row (``Graph.set_tile_mapping`` with an array) without listing its
+        elements."""
+        pattern = self._tile_of_shard()
+        return [(first, last, np.asarray(tiles, dtype=np.int64)[pattern])
+                for (first, last), tiles in zip(self.shard_rows, self.shard_tiles)]
 
     def element_order(self) -> np.ndarray:
         """Flat element indices in poplibs' storage order: a permutation of all element indices.

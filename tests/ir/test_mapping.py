@@ -119,6 +119,27 @@ def test_set_tile_mapping_accepts_poplar_form_and_tile_mapping():
     assert g.get_tile_mapping(y) == g.get_tile_mapping(x)
 
 
+def test_set_tile_mapping_accepts_element_tiles_broadcast_over_the_tensor():
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (3, 2, 4))
+    row = np.array([[0, 0, 1, 1], [2, 2, 3, 3]])
+    g.set_tile_mapping(x, row)  # every [2, 4] row alike, written without a per-element copy
+    assert g.element_tiles(x).tolist() == row.reshape(-1).tolist() * 3
+    g.set_tile_mapping(x.dim_shuffle([2, 1, 0])[:, :, 1], np.arange(8).reshape(4, 2))  # strided
+    assert g.element_tiles(x[1]).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert g.element_tiles(x[0]).tolist() == row.reshape(-1).tolist()
+    with pytest.raises(GrucError, match=r"shape \[3\] cannot be broadcast to the tensor's shape "
+                                        r"\[3, 2, 4\]"):
+        g.set_tile_mapping(x, np.zeros(3, np.int64))
+    with pytest.raises(GrucError, match="must hold integers .* float64"):
+        g.set_tile_mapping(x, np.zeros(4))
+    with pytest.raises(GrucError, match="tile 16 does not exist"):
+        g.set_tile_mapping(x, np.full(4, 16))
+    with pytest.raises(GrucError, match="tile -1 does not exist"):
+        g.set_tile_mapping(x, np.array([0, -1, 0, 0]))
+    assert g.element_tiles(x[0]).tolist() == row.reshape(-1).tolist()  # refused: nothing written
+
+
 def test_clone_keeps_shape_type_and_mapping_of_a_view():
     g = Graph(T16)
     x = g.add_variable(HALF, (3, 40))
