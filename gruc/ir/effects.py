@@ -82,9 +82,10 @@ class _Elements:
     def variables(self) -> frozenset[int]:
         return frozenset(self.views) | frozenset(self.ids)
 
-    def fully_covered(self) -> frozenset[int]:
-        """Variables every element of which is named."""
-        return frozenset(v for v in self.variables() if self._covers(v))
+    def fully_covered(self, besides: frozenset[int] = frozenset()) -> frozenset[int]:
+        """Variables, other than ``besides``, every element of which is named (a variable a
+        step also reads is not asked about: a slice update names its whole sequence)."""
+        return frozenset(v for v in self.variables() - besides if self._covers(v))
 
     def _covers(self, v: int) -> bool:
         variable = self.graph.variables[v]
@@ -132,7 +133,7 @@ def vertex_tensors(vertices: Iterable[Vertex]) -> tuple[list[Tensor], list[Tenso
 def _effect(graph: Graph, reads: list[Tensor], writes: list[Tensor]) -> Effect:
     read_vars = _Elements(graph, reads).variables()
     written = _Elements(graph, writes)
-    full = written.fully_covered() - read_vars
+    full = written.fully_covered(besides=read_vars)
     return Effect(read_vars, written.variables(), full, frozenset())
 
 
