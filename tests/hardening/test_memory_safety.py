@@ -169,9 +169,9 @@ def test_a_tampered_plan_is_caught():
     assert "\n> " in message  # the IR line of the culprit vertex, marked
 
 
-def test_a_lazy_check_runs_when_the_index_is_first_computed():
-    """An engine's check of an operand not yet resolved waits for its index: reading it raises,
-    and leaves it unresolved, so no one ever holds the unchecked index."""
+def lazily_checked_map_vertex():
+    """The small program's Map vertex, lowered with the real plan but lazily checked against one
+    that says ``x`` lives 4096 bytes further on: its ``ins[0]`` is bad once resolved."""
     g, prog = small_program()
     compiled = compile_program(g, prog)
     executable = lower(compiled.module, compiled.plan)
@@ -179,8 +179,14 @@ def test_a_lazy_check_runs_when_the_index_is_first_computed():
     offsets = compiled.plan.block_offset.copy()
     offsets[compiled.plan.block_variable == x.index] += 4096
     tampered = dataclasses.replace(compiled.plan, block_offset=offsets)
-    verify_memory(compiled.module, tampered, executable, lazy=True)  # nothing resolved: no error
-    _, lowered = first_vertex(executable, "Map")
+    verify_memory(compiled.module, tampered, executable, lazy=True)
+    return first_vertex(executable, "Map")[1]
+
+
+def test_a_lazy_check_runs_when_the_index_is_first_computed():
+    """An engine's check of an operand not yet resolved waits for its index: reading it raises,
+    and leaves it unresolved, so no one ever holds the unchecked index."""
+    lowered = lazily_checked_map_vertex()  # nothing resolved: no error
     operand = lowered.fields["ins"][0]
     assert not operand.resolved
     for _ in range(2):
@@ -194,15 +200,7 @@ def test_a_lazy_check_runs_when_the_index_is_first_computed():
 def test_an_index_written_once_is_checked_and_not_kept():
     """``index_into`` (how a slice group reads its long bases) runs the pending check on what it
     writes — a bad index raises every time — and keeps nothing: a good one equals ``index``."""
-    g, prog = small_program()
-    compiled = compile_program(g, prog)
-    executable = lower(compiled.module, compiled.plan)
-    x = next(v for v in g.variables if v.name == "x")
-    offsets = compiled.plan.block_offset.copy()
-    offsets[compiled.plan.block_variable == x.index] += 4096
-    tampered = dataclasses.replace(compiled.plan, block_offset=offsets)
-    verify_memory(compiled.module, tampered, executable, lazy=True)
-    _, lowered = first_vertex(executable, "Map")
+    lowered = lazily_checked_map_vertex()
     bad, good = lowered.fields["ins"][0], lowered.fields["out"]
     for _ in range(2):
         with pytest.raises(GrucVerifyError, match=r"field 'ins\[0\]' element 0 .* is outside"):
