@@ -8,8 +8,9 @@ second run), measuring:
 * ``build_seconds``: recording the graph and programs (``build_layer``);
 * ``plan_seconds``: passes, verification, memory plan and cost model (``compile_program``, what a
   planning study pays per configuration);
-* ``engine_seconds``: a whole ``Engine(...)`` — the above plus lowering to addresses and preparing
-  kernels — and ``peak_rss_mb`` of the process.
+* ``engine_seconds``: a whole ``Engine(...)`` — the above but the step costs (an engine leaves
+  them to its report, which estimates them when first asked), plus lowering to addresses and
+  preparing kernels — and ``peak_rss_mb`` of the process.
 
 The loop body does not grow with ``S``, so an ideal compiler's time would not either; the ratio
 ``S=2000 / S=20`` of build + engine seconds says how far gruc is from that.  A length whose process

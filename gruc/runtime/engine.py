@@ -3,8 +3,9 @@ the host, and report memory and cycles (Poplar's ``Engine``).
 
 Compiling runs the pass pipeline (``gruc.passes.DEFAULT_PIPELINE`` unless another is given;
 ``pipeline=""`` runs none), verifies the module, plans tile memory, lowers every step to
-memory addresses, checks each address lies in memory the plan gave its tensor
-(:mod:`gruc.runtime.verify_memory`) and estimates each step's cost.  Running executes on the
+memory addresses and checks each address lies in memory the plan gave its tensor
+(:mod:`gruc.runtime.verify_memory`); each step's cost is estimated when the report (or a trace)
+first needs it — a program that is only run never does.  Running executes on the
 simulated tile memory with the chosen backend — ``"numba"`` (compiled kernels, the default) or
 ``"numpy"`` (the reference interpreter) — and counts executed steps, which the report turns into
 cycles and exchange bytes; ``checked=True`` bounds-checks every access before it runs, the
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Sequence
 
 import numpy as np
@@ -49,17 +50,21 @@ class CompiledProgram:
 
     module: Module
     plan: MemoryPlan
-    costs: tuple[StepCost, ...]
+    costs: tuple[StepCost, ...] | None
+    """None when compiled with ``costs=False``."""
     seconds: float
 
 
 @deferred_full_collections()
 def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
-                    pipeline: str | None = None, strict_memory: bool = False) -> CompiledProgram:
-    """Run the pipeline, verify, plan memory and cost every step — without lowering to addresses.
+                    pipeline: str | None = None, strict_memory: bool = False,
+                    costs: bool = True) -> CompiledProgram:
+    """Run the pipeline, verify, plan memory and (with ``costs``) cost every step — without
+    lowering to addresses.
 
     This is the part of an :class:`Engine`'s compile that its report depends on; planning studies
     (:mod:`gruc.plan`) call it alone, since lowering and kernel preparation only serve running.
+    An engine leaves the costs to its report, which computes them when first asked.
     """
     if isinstance(programs, Program):
         programs = [programs]
@@ -79,8 +84,8 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
         worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
         raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
                               f"tile(s) over capacity in all")
-    costs = step_costs(module.graph, plan.liveness.steps)
-    return CompiledProgram(module, plan, costs, time.perf_counter() - start)
+    step_cost = step_costs(module.graph, plan.liveness.steps) if costs else None
+    return CompiledProgram(module, plan, step_cost, time.perf_counter() - start)
 
 
 def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipeline: object,
@@ -114,13 +119,13 @@ class Engine:
         if not isinstance(checked, (bool, np.bool_)):
             raise GrucTypeError(f"checked must be True or False, got {checked!r}")
         start = time.perf_counter()
-        compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory)
+        compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory,
+                                   costs=False)
         module, plan = compiled.module, compiled.plan
         self.module = module
         self.plan = plan
         self.executable = lower(module, plan)
         verify_memory(module, plan, self.executable, lazy=True)  # before any index is read
-        self.costs = compiled.costs
         self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
         for operand, values in self.executable.constants:
             self.memory.write(operand, values)
@@ -137,8 +142,18 @@ class Engine:
         self.checked = bool(checked)
         self._last_program = 0
         self.compile_seconds = time.perf_counter() - start
-        self.report = Report(graph.target, plan, plan.liveness.steps, self.costs,
-                             self.interpreter.step_counts, self.compile_seconds)
+
+    @cached_property
+    def costs(self) -> tuple[StepCost, ...]:
+        """The static cost of one execution of each step, estimated when first asked for (by
+        the report or a trace): a program that is only run never needs it."""
+        return step_costs(self.module.graph, self.plan.liveness.steps)
+
+    @cached_property
+    def report(self) -> Report:
+        """Memory, exchange and cycles; its step counts follow the runs made so far."""
+        return Report(self.module.graph.target, self.plan, self.plan.liveness.steps, self.costs,
+                      self.interpreter.step_counts, self.compile_seconds)
 
     @property
     def printed(self) -> list[tuple[str, np.ndarray]]:

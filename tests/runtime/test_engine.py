@@ -55,6 +55,29 @@ def test_fused_and_unfused_expressions_with_broadcasting(backend, rng):
     np.testing.assert_allclose(out["scaled"], (f + u) * yv.astype(np.float32), rtol=1e-5, atol=1e-5)
 
 
+def test_step_costs_wait_for_the_report(monkeypatch):
+    """Compiling and running never estimates step costs; the first report (or trace) does, once,
+    and its cycles count the runs made so far."""
+    import gruc.runtime.engine as engine_module
+
+    costed = []
+    real = engine_module.step_costs
+    monkeypatch.setattr(engine_module, "step_costs",
+                        lambda graph, steps: costed.append(len(steps)) or real(graph, steps))
+    g = Graph(T16)
+    x = linear(g, FLOAT, (4, 8), "x")
+    prog = Sequence()
+    map_in_place(g, _1 * Const(2.0), [x], prog)
+    g.create_host_write("x", x)
+    engine, _ = run(g, prog, {"x": np.ones((4, 8))}, [], "numba")
+    engine.run(0)
+    assert costed == []
+    once = engine.report.cycles.total
+    assert len(costed) == 1 and once > 0 and engine.costs is engine.report.costs
+    engine.run(0)
+    assert engine.report.cycles.total == once * 3 // 2 and len(costed) == 1
+
+
 def test_fusion_follows_poplibs_rule():
     g = Graph(T16)
     x = linear(g, FLOAT, (4, 8), "x")
