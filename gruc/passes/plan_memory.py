@@ -358,8 +358,9 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
                         zip(block_variable[on_tile[:LARGEST_SHOWN]], block_nbytes[on_tile[:LARGEST_SHOWN]]))
         overflows.append(TileOverflow(tile, int(total_bytes[tile]), capacity, largest))
 
-    run_within += block_offset[run_block]  # a run's bytes before it on its tile, then where
-    runs = (run_first, run_length, run_tile, run_within, run_size)  # its block starts
+    # a run's place on its tile: the bytes of its variable before it there, past its block's start
+    run_within += block_offset[run_block]
+    runs = (run_first, run_length, run_tile, run_within, run_size)
     arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
               always_live_bytes, nal_bytes, total_bytes, *runs]
     for array in arrays:
