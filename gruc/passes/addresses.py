@@ -70,13 +70,19 @@ def find_run(i, run, jump, first_id, length):  # pragma: no cover (compiled)
 
 @njit(cache=True, nogil=True)
 def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, elem_size,
-                   stride, unit, result, at, result_strides):  # pragma: no cover (compiled)
+                   stride, unit, result, at, result_strides,
+                   run_places):  # pragma: no cover (compiled)
     """Byte address // ``unit`` of every element of a view of ``shape``, in row-major order: the
     element's id is the next of ``ids`` if ``ids`` is not empty, else that of the strided view
     ``offset + sum(index_d * strides[d])`` (walked with an odometer, so no id array is
     materialised).  Element ``index`` goes to ``result[at + sum(index_d * result_strides[d])]``,
-    so a concatenation's parts are written straight into their places in its result.  Returns the
-    row-major position of the first id in no run (an unallocated variable), or -1.
+    so a concatenation's parts are written straight into their places in its result.
+
+    With ``run_places`` not empty, only where runs of consecutive addresses begin is written:
+    ``run_places[n]`` the place of the ``n``-th run's first element and ``result[n]`` its address
+    (both arrays from their start, in walking order; a run continues the one before when both its
+    place and its address do).  Returns the row-major position of the first id in no run (an
+    unallocated variable) or -1, and how many runs were written.
 
     Addresses of a run are ``start + j * step`` with ``start`` divided once per run: every
     ``unit`` used divides the element size and the tile stride, and blocks are aligned to it.  A
@@ -88,11 +94,14 @@ def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, 
     for d in range(rank):
         total *= shape[d]
     walk = ids.shape[0] == 0
+    only_runs = run_places.shape[0] > 0
     chunked = walk and strides[rank - 1] == 1 and result_strides[rank - 1] == 1
     counter = np.zeros(rank, dtype=np.int64)
     row_id, row_at = offset, at
     run = jump = -1
     start = step = 0
+    runs_written = 0
+    next_place = next_address = -1  # where the last run written would continue
     k = 0
     while k < total:
         c = 0
@@ -101,24 +110,28 @@ def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, 
             if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
                 found = find_run(i, run, jump, first_id, length)
                 if found < 0:
-                    return k
+                    return k, runs_written
                 if run >= 0 and found != run + 1:
                     jump = found - run
                 run = found
                 step = elem_size[run] // unit
                 start = (tile[run] * stride + within[run]) // unit - first_id[run] * step
             place = row_at + c * result_strides[rank - 1]
-            if chunked:
-                count = min(inner - c, first_id[run] + length[run] - i)
-                first = start + i * step
+            count = min(inner - c, first_id[run] + length[run] - i) if chunked else 1
+            first = start + i * step
+            if only_runs:
+                if place != next_place or first != next_address:
+                    run_places[runs_written] = place
+                    result[runs_written] = first
+                    runs_written += 1
+                next_place, next_address = place + count, first + count * step
+            elif chunked:
                 for j in range(count):
                     result[place + j] = first + j * step
-                c += count
-                k += count
             else:
-                result[place] = start + i * step
-                c += 1
-                k += 1
+                result[place] = first
+            c += count
+            k += count
         d = rank - 2
         while d >= 0:
             counter[d] += 1
@@ -130,4 +143,4 @@ def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, 
             row_at -= result_strides[d] * shape[d]
             counter[d] = 0
             d -= 1
-    return -1
+    return -1, runs_written

@@ -146,7 +146,7 @@ class MemoryPlan:
         """Byte address of each global element id in ``ids`` (int64); see :meth:`element_addresses`."""
         ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
         result = np.empty(len(ids), dtype=np.int64)
-        self._fill(ids, 0, (len(ids),), (0,), tile_stride, 1, result, 0, (1,))
+        self._fill(ids, 0, (len(ids),), (0,), tile_stride, 1, result, 0, (1,), _NO_IDS)
         return result
 
     def element_addresses(self, tensor: Tensor, tile_stride: int | None = None) -> np.ndarray:
@@ -162,51 +162,78 @@ class MemoryPlan:
         With ``out`` (int64, one entry per element) they are written there and it is returned."""
         return self._tensor_into(tensor, tile_stride, tensor.dtype.size, out)
 
+    def index_runs(self, tensor: Tensor, tile_stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`element_indices` as its runs of consecutive indices: the flat position where
+        each run begins (ascending, from 0) and its first index — as many numbers as the tensor
+        has runs, not elements (a slice group's bases are a long sequence's columns: a run or two
+        per row)."""
+        capacity = tensor.num_elements + 1
+        positions, firsts = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions)
+        positions, firsts = positions[:count], firsts[:count]
+        if np.any(positions[1:] < positions[:-1]):  # parts of a concatenation along an inner dim
+            order = np.argsort(positions, kind="stable")
+            positions, firsts = positions[order], firsts[order]
+            begins = np.concatenate(([True], np.diff(firsts) != np.diff(positions)))
+            positions, firsts = positions[begins], firsts[begins]
+        return positions.copy(), firsts.copy()
+
     def _tensor_into(self, tensor: Tensor, tile_stride: int | None, unit: int,
-                     out: np.ndarray | None) -> np.ndarray:
+                     out: np.ndarray | None, run_places: np.ndarray = _NO_IDS) -> np.ndarray | int:
+        """``out`` (made if None) filled with ``tensor``'s addresses, or, with ``run_places``,
+        with where its runs begin: then the number of runs is returned."""
         shape = tensor.shape or (1,)
         if out is None:
             out = np.empty(tensor.num_elements, dtype=np.int64)
         places = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major element strides of ``out``
-        self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places.tolist()))
-        return out
+        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places.tolist()),
+                           run_places, 0)
+        return runs if len(run_places) else out
 
     def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,
-               out: np.ndarray, at: int, places: tuple[int, ...]) -> None:
+               out: np.ndarray, at: int, places: tuple[int, ...], run_places: np.ndarray,
+               written: int) -> int:
         """Write the addresses of ``tensor`` (viewed as ``shape``) into ``out`` from ``at``, its
-        elements ``places`` apart per dim."""
+        elements ``places`` apart per dim — or, with ``run_places``, where its runs begin, after
+        the ``written`` runs there: returns how many runs are there then."""
         if isinstance(tensor.op, ConcatOp):  # part by part, each straight into its place: the
             # parts are mostly strided, and a long sequence's per-tile column picks would
             # otherwise list every id of the sequence
             dim = tensor.op.dim
             for part in tensor.sources:
-                self._place(part, part.shape, tile_stride, unit, out, at, places)
+                written = self._place(part, part.shape, tile_stride, unit, out, at, places,
+                                      run_places, written)
                 at += part.shape[dim] * places[dim]
-            return
+            return written
         layout = tensor.layout()
         if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
-            self._fill(_NO_IDS, layout.offset, shape, layout.strides or (0,), tile_stride, unit,
-                       out, at, places)
+            ids, offset, strides = _NO_IDS, layout.offset, layout.strides or (0,)
         else:
-            ids = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1)
-            self._fill(ids, 0, shape, (0,) * len(shape), tile_stride, unit, out, at, places)
+            ids, offset, strides = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1), 0, \
+                (0,) * len(shape)
+        if len(run_places):
+            return written + self._fill(ids, offset, shape, strides, tile_stride, unit,
+                                        out[written:], at, places, run_places[written:])
+        self._fill(ids, offset, shape, strides, tile_stride, unit, out, at, places, _NO_IDS)
+        return 0
 
     def _fill(self, ids: np.ndarray, offset: int, shape: tuple[int, ...],
               strides: tuple[int, ...], tile_stride: int | None, unit: int, out: np.ndarray,
-              at: int, places: tuple[int, ...]) -> None:
+              at: int, places: tuple[int, ...], run_places: np.ndarray) -> int:
         """Addresses (divided by ``unit``) of the elements named by ``ids`` or, if that is empty,
         by the strided view ``(offset, shape, strides)``, placed as :meth:`_place` says: one
-        compiled pass over the runs."""
+        compiled pass over the runs.  Returns how many runs it wrote (with ``run_places``)."""
         stride = self.capacity if tile_stride is None else int(tile_stride)
         as_array = (lambda values: np.array(values, dtype=np.int64))
-        bad = fill_addresses(ids, offset, as_array(shape), as_array(strides), *self._runs, stride,
-                             unit, out, at, as_array(places))
+        bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), *self._runs,
+                                   stride, unit, out, at, as_array(places), run_places)
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
                 offset + int(np.dot(np.unravel_index(bad, shape), strides))
             variable = self._graph.variables[int(self._graph.variable_of_id(np.array([bad_id]))[0])]
             raise GrucValueError(f"variable {variable.name!r} has no memory in this plan (it is "
                                  "not used by the module and not fully mapped)")
+        return runs
 
     def summary(self) -> str:
         """A few lines: bytes per category and tiles that do not fit."""

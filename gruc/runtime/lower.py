@@ -19,6 +19,7 @@ still runs (as on Poplar's IPUModel) while the report says it would not fit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Union
@@ -50,11 +51,11 @@ class Operand:
     called with it through :meth:`on_resolve`.
     """
 
-    __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_checks")
+    __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_resolve_runs", "_checks")
 
     def __init__(self, dtype: DType, index: np.ndarray | None, shape: tuple[int, ...],
-                 tensor: Tensor | None = None, resolve: Callable[[], np.ndarray] | None = None
-                 ) -> None:
+                 tensor: Tensor | None = None, resolve: Callable[..., np.ndarray] | None = None,
+                 resolve_runs: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.dtype = dtype
         self.shape = shape
         self.tensor = tensor
@@ -62,6 +63,7 @@ class Operand:
         (the memory plan lets tensors with disjoint lifetimes share addresses)."""
         self._index = index
         self._resolve = resolve
+        self._resolve_runs = resolve_runs
         self._checks: list[Callable[["Operand"], None]] = []
 
     @property
@@ -95,6 +97,26 @@ class Operand:
         finally:
             self._index = None
         self._checks = []
+
+    def index_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``index`` as its runs of consecutive indices: the flat position where each begins
+        (ascending) and its first index.  Unless the index is resolved already, it is neither
+        computed nor kept: a slice group's bases are a long sequence's columns, a run or two per
+        row.  The checks run on the runs (one that cannot resolves the index and checks that)."""
+        if self._index is not None or self._resolve_runs is None:
+            index = self.index.reshape(-1)
+            positions = np.flatnonzero(np.diff(index, prepend=index[:1] - 2) != 1)
+            return positions, index[positions]
+        positions, firsts = self._resolve_runs()
+        lengths = np.diff(positions, append=math.prod(self.shape))
+        for check in list(self._checks):
+            runs = getattr(check, "runs", None)
+            if runs is None:
+                self.index  # noqa: B018  (resolving runs every check on the index)
+            else:
+                runs(self, firsts, lengths)
+        self._checks = []
+        return positions, firsts
 
     @property
     def resolved(self) -> bool:
@@ -221,7 +243,8 @@ class _Lowering:
 
     def operand(self, tensor: Tensor) -> Operand:
         return Operand(tensor.dtype, None, tensor.shape, tensor,
-                       partial(self.plan.element_indices, tensor, self.tile_stride))
+                       partial(self.plan.element_indices, tensor, self.tile_stride),
+                       partial(self.plan.index_runs, tensor, self.tile_stride))
 
     def take_step(self, node: Program) -> int:
         step = self.next_step

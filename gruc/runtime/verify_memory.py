@@ -125,13 +125,31 @@ def _int64(index: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
+def _holding_block(address, nbytes, stride, num_tiles, variables, tile,
+                   blocks):  # pragma: no cover (compiled)
+    """``(start, end)`` addresses of the block holding bytes ``[address, address + nbytes)``:
+    allocated to one of ``variables`` on the tile of ``address`` (which must be ``tile`` unless
+    that is negative); ``(-1, -1)`` if there is none (a binary search per variable)."""
+    keys, starts, ends = blocks[0], blocks[1], blocks[2]
+    on = address // stride
+    if on < 0 or on >= num_tiles or (tile >= 0 and on != tile):
+        return -1, -1
+    for variable in variables:
+        key = variable * num_tiles + on
+        at = np.searchsorted(keys, key)
+        if at < keys.shape[0] and keys[at] == key and starts[at] <= address \
+                and address + nbytes <= ends[at]:
+            return starts[at], ends[at]
+    return -1, -1
+
+
+@njit(cache=True, nogil=True)
 def _first_violation(index, size, stride, num_tiles, variables, tile, pair, pair_size,
                      blocks):  # pragma: no cover (compiled)
     """The rules of the module docstring over one access, run by run: each run of consecutive
-    addresses costs a compare per element, and a block lookup (a binary search per variable)
-    unless it lies in the block of the run before.
-    ``blocks`` is ``[keys, starts, ends]``; ``tile`` < 0 means any; ``pair`` may be empty."""
-    keys, starts, ends = blocks[0], blocks[1], blocks[2]
+    addresses costs a compare per element, and a block lookup unless it lies in the block of the
+    run before.  ``blocks`` is ``[keys, starts, ends]``; ``tile`` < 0 means any; ``pair`` may be
+    empty."""
     n = index.shape[0]
     start = end = -1  # the block the previous run lay in: strided views revisit it run after run
     i = 0
@@ -139,16 +157,7 @@ def _first_violation(index, size, stride, num_tiles, variables, tile, pair, pair
         address = index[i] * size
         on = address // stride
         if not (start <= address and address + size <= end):
-            if on < 0 or on >= num_tiles or (tile >= 0 and on != tile):
-                return i
-            end = -1
-            for variable in variables:
-                key = variable * num_tiles + on
-                at = np.searchsorted(keys, key)
-                if at < keys.shape[0] and keys[at] == key and starts[at] <= address \
-                        and address + size <= ends[at]:
-                    start, end = starts[at], ends[at]
-                    break
+            start, end = _holding_block(address, size, stride, num_tiles, variables, tile, blocks)
             if end < 0:
                 return i
         j = i + 1
@@ -162,6 +171,18 @@ def _first_violation(index, size, stride, num_tiles, variables, tile, pair, pair
                 if pair[k] * pair_size // stride != on:
                     return k
         i = j
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _first_run_outside(firsts, lengths, size, stride, num_tiles, variables, tile,
+                       blocks):  # pragma: no cover (compiled)
+    """The first run of consecutive indices (``firsts``, ``lengths``) not wholly inside one
+    block the rules allow, or -1: a block lookup per run, none per element."""
+    for r in range(firsts.shape[0]):
+        if _holding_block(firsts[r] * size, lengths[r] * size, stride, num_tiles, variables,
+                          tile, blocks)[1] < 0:
+            return r
     return -1
 
 
@@ -208,13 +229,25 @@ class Regions:
         """Position of the first element of ``access`` that breaks a rule, or -1: one compiled
         pass, the fast answer to *whether* (:meth:`violations` says *which*, for messages)."""
         operand, pair = access.operand, access.pair
+        return _first_violation(_int64(operand.index), operand.dtype.size, self.stride,
+                                self.num_tiles, self._variable_array(access), access.tile,
+                                _NO_PAIR if pair is None else _int64(pair.index),
+                                0 if pair is None else pair.dtype.size, self.blocks)
+
+    def all_runs_inside(self, access: Access, firsts: np.ndarray, lengths: np.ndarray) -> bool:
+        """Whether each run of consecutive indices of the access lies wholly in one block the
+        rules allow: enough to pass it (a run across two allowed blocks, or a paired access,
+        needs the element by element check)."""
+        return access.pair is None and _first_run_outside(
+            firsts, lengths, access.operand.dtype.size, self.stride, self.num_tiles,
+            self._variable_array(access), access.tile, self.blocks) < 0
+
+    def _variable_array(self, access: Access) -> np.ndarray:
+        """The access's variables as the compiled checks take them (made once per set)."""
         variables = self._variables.get(access.variables)
         if variables is None:
             variables = self._variables[access.variables] = np.array(access.variables, np.int64)
-        return _first_violation(_int64(operand.index), operand.dtype.size, self.stride,
-                                self.num_tiles, variables, access.tile,
-                                _NO_PAIR if pair is None else _int64(pair.index),
-                                0 if pair is None else pair.dtype.size, self.blocks)
+        return variables
 
     def _ok(self, access: Access, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         tile = lo // self.stride
@@ -352,6 +385,13 @@ class _Deferred:
             return
         if self.regions.first_bad(self.access) >= 0:
             _fail(self.regions, self.module, self.culprit, self.where, self.access)
+        self.passed = True
+
+    def runs(self, operand: Operand, firsts: np.ndarray, lengths: np.ndarray) -> None:
+        """The check given the operand's index as runs (:meth:`Operand.index_runs`): runs each
+        wholly inside an allowed block pass; anything else is checked element by element."""
+        if not self.passed and not self.regions.all_runs_inside(self.access, firsts, lengths):
+            self(operand)  # resolves the index: the exact rule, and the message if it fails
         self.passed = True
 
 

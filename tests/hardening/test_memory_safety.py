@@ -212,6 +212,22 @@ def test_an_index_written_once_is_checked_and_not_kept():
     assert np.array_equal(written, good.index) and good.resolved
 
 
+def test_an_index_read_as_runs_is_checked_run_by_run():
+    """``index_runs`` (how a slice group reads its bases) checks each run against the blocks and
+    keeps nothing when they pass; a run outside them is checked element by element, failing with
+    the message the element check gives, every time."""
+    lowered = lazily_checked_map_vertex()
+    bad, good = lowered.fields["ins"][0], lowered.fields["out"]
+    for _ in range(2):
+        with pytest.raises(GrucVerifyError, match=r"field 'ins\[0\]' element 0 .* is outside"):
+            bad.index_runs()
+    positions, firsts = good.index_runs()
+    assert not good.resolved
+    lengths = np.diff(positions, append=good.index.size)
+    assert np.array_equal(np.repeat(firsts - positions, lengths) + np.arange(good.index.size),
+                          good.index)
+
+
 def test_an_engine_does_not_keep_the_indices_of_sliced_sequences():
     """A slice group's tables are all an engine keeps of its bases (a long sequence's indices
     would be gigabytes), and the layer still computes what the reference does."""

@@ -432,7 +432,8 @@ def _view(draw, t):
 @given(st.data())
 def test_view_addresses_follow_their_ids(data):
     """Any view's addresses (strided views walked in place, concatenations part by part into
-    their places) are those of its element ids, one by one, and ``out=`` receives the same."""
+    their places) are those of its element ids, one by one; ``out=`` receives the same, and
+    ``index_runs`` gives them as maximal runs."""
     graph = Graph(TARGET)
     shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))
     x = graph.add_variable(FLOAT, shape, "x")
@@ -449,3 +450,9 @@ def test_view_addresses_follow_their_ids(data):
     out = np.full(view.num_elements, -1, dtype=np.int64)
     assert plan.element_indices(view, 8192, out=out) is out
     assert out.tolist() == (plan.id_addresses(view.flat_ids(), 8192) // 4).tolist()
+    positions, firsts = plan.index_runs(view, 8192)  # the same indices as maximal runs
+    lengths = np.diff(np.append(positions, view.num_elements))
+    assert np.all(lengths > 0) and (positions[:1].tolist() == [0] or not view.num_elements)
+    assert np.all(np.diff(firsts) != lengths[:-1])  # no run continues the one before
+    expanded = np.repeat(firsts - positions, lengths) + np.arange(view.num_elements)
+    assert expanded.tolist() == out.tolist()

@@ -91,13 +91,8 @@ def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, s
         np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6 * steps, atol=1e-6 * steps)
 
 
-@pytest.mark.parametrize("batch", [1 << 22, 1], ids=["one-batch", "vertex-batches"])
-def test_grouped_windows_with_scattered_rows_match_the_definition(rng, monkeypatch, batch):
-    """A transposed base (rows not contiguous on any tile) sliced and updated by many vertices,
-    their tables made in one batch or vertex by vertex and joined."""
-    from gruc.runtime.codelets import dynamic
-
-    monkeypatch.setattr(dynamic, "TABLE_BATCH_ELEMENTS", batch)
+def test_grouped_windows_with_scattered_rows_match_the_definition(rng):
+    """A transposed base (rows not contiguous on any tile) sliced and updated by many vertices."""
     g = Graph(T16)
     base = g.add_variable(FLOAT, (12, 40), "base")
     g.map_tensor_linearly(base)
@@ -127,14 +122,11 @@ def test_grouped_windows_with_scattered_rows_match_the_definition(rng, monkeypat
         np.testing.assert_array_equal(numba_window, numpy_window)
 
 
-@pytest.mark.parametrize("batch", [1 << 22, 1], ids=["one-batch", "vertex-batches"])
-def test_one_offset_slices_of_time_major_sequences_move_row_by_row(rng, monkeypatch, batch):
+def test_one_offset_slices_of_time_major_sequences_move_row_by_row(rng, monkeypatch):
     """An RNN step's slices: two sequence tensors, time-major on every tile, sliced then updated
-    by one counter — the grouped row kernel, in range, at both ends and out of range; its tables
-    made in one batch or vertex by vertex and joined."""
+    by one counter — the grouped row kernel, in range, at both ends and out of range."""
     from gruc.runtime.codelets import dynamic
 
-    monkeypatch.setattr(dynamic, "TABLE_BATCH_ELEMENTS", batch)
     calls = []
     monkeypatch.setattr(dynamic, "_move_rows",
                         lambda *args: calls.append(args[-1]) or MOVE_ROWS(*args))

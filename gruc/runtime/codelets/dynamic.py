@@ -163,25 +163,25 @@ def _move_rows(data, offset_data, offset_index, rows, row_pieces, window_pieces,
 
 
 @njit(cache=True, nogil=True)
-def _piece_tables(base_index, base_at, window_index, window_at, rows, window_rows,
-                  columns):  # pragma: no cover (compiled)
+def _piece_tables(base_positions, base_firsts, base_runs_at, window_index, window_at, rows,
+                  window_rows, columns):  # pragma: no cover (compiled)
     """The pieces of every vertex of a group: a new piece starts at a column where some base row
-    or window row stops being consecutive.  Returns the width of each piece, the first piece of
-    each vertex (and the total), the start address of each piece in every base row (a vertex's
-    rows one after another) with each vertex's first entry, and the same for the window rows."""
+    or window row stops being consecutive.  A vertex's base comes as its runs of consecutive
+    indices (flat position and first index, from ``base_runs_at[v]``), so this costs per run
+    and per piece, not per element; windows (a row or a few) come element by element.  Returns
+    the width of each piece, the first piece of each vertex (and the total), the start address
+    of each piece in every base row (a vertex's rows one after another) with each vertex's first
+    entry, and the same for the window rows."""
     count = columns.shape[0]
     starts = np.zeros(columns.sum(), np.bool_)
     pieces = np.zeros(count, np.int64)
     first_column = 0
     for v in range(count):
         n = columns[v]
+        for j in range(base_runs_at[v], base_runs_at[v + 1]):
+            starts[first_column + base_positions[j] % n] = True
         for c in range(n):
-            start = c == 0
-            for r in range(rows[v]):
-                k = base_at[v] + r * n + c
-                if start or base_index[k] != base_index[k - 1] + 1:
-                    start = True
-                    break
+            start = c == 0 or starts[first_column + c]
             for r in range(window_rows[v]):
                 k = window_at[v] + r * n + c
                 if start or window_index[k] != window_index[k - 1] + 1:
@@ -198,6 +198,7 @@ def _piece_tables(base_index, base_at, window_index, window_at, rows, window_row
         base_start[v + 1] = base_start[v] + rows[v] * pieces[v]
         window_start[v + 1] = window_start[v] + window_rows[v] * pieces[v]
     widths = np.empty(width_start[count], np.int64)
+    piece_columns = np.empty(width_start[count], np.int64)
     base_pieces = np.empty(base_start[count], np.uint64)
     window_pieces = np.empty(window_start[count], np.uint64)
     first_column = 0
@@ -210,60 +211,45 @@ def _piece_tables(base_index, base_at, window_index, window_at, rows, window_row
             while end < n and not starts[first_column + end]:
                 end += 1
             widths[width_start[v] + piece] = end - c
-            for r in range(rows[v]):
-                base_pieces[base_start[v] + r * pieces[v] + piece] = base_index[base_at[v] + r * n + c]
+            piece_columns[width_start[v] + piece] = c
             for r in range(window_rows[v]):
                 window_pieces[window_start[v] + r * pieces[v] + piece] = \
                     window_index[window_at[v] + r * n + c]
             piece += 1
         first_column += n
+        run, last_run = base_runs_at[v], base_runs_at[v + 1] - 1
+        for r in range(rows[v]):  # positions only grow: one pass over the vertex's runs
+            for p in range(pieces[v]):
+                position = r * n + piece_columns[width_start[v] + p]
+                while run < last_run and base_positions[run + 1] <= position:
+                    run += 1
+                base_pieces[base_start[v] + r * pieces[v] + p] = \
+                    base_firsts[run] + (position - base_positions[run])
     return widths, width_start, base_pieces, base_start, window_pieces, window_start
 
 
-def _flat_indices(operands: list[Operand], into: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The operands' element indices joined at the start of ``into`` (each written straight into
-    its place, not kept by the operand), and where each one's begin."""
+def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
+    """The operands' element indices joined (each written straight into its place, not kept by
+    the operand), and where each one's begin."""
     sizes = np.array([math.prod(op.shape) for op in operands], dtype=np.int64)
     at = np.concatenate(([0], np.cumsum(sizes)))
-    joined = into[:int(at[-1])]
+    joined = np.empty(int(at[-1]), dtype=np.int64)
     for operand, begin, end in zip(operands, at[:-1].tolist(), at[1:].tolist()):
         operand.index_into(joined[begin:end])
     return joined, at[:-1]
 
 
-TABLE_BATCH_ELEMENTS = 1 << 22
-"""A group's base and window indices are resolved for this many elements at a time, into one
-buffer: a long sequence's are gigabytes, and fresh memory is paid for in page faults."""
-
-
 def _group_tables(bases: list[Operand], windows: list[Operand], rows: np.ndarray,
                   window_rows: np.ndarray, columns: np.ndarray) -> tuple[np.ndarray, ...]:
-    """:func:`_piece_tables` of a group, computed for a batch of vertices at a time and joined."""
-    sizes = [math.prod(b.shape) + math.prod(w.shape) for b, w in zip(bases, windows)]
-    scratch = np.empty(max(TABLE_BATCH_ELEMENTS, *sizes), dtype=np.int64)
-    parts, begin = [], 0
-    while begin < len(bases):
-        end, total = begin + 1, sizes[begin]
-        while end < len(bases) and total + sizes[end] <= len(scratch):
-            total += sizes[end]
-            end += 1
-        base_index, base_at = _flat_indices(bases[begin:end], scratch)
-        window_index, window_at = _flat_indices(windows[begin:end], scratch[len(base_index):])
-        parts.append(_piece_tables(base_index, base_at, window_index, window_at,
-                                   rows[begin:end], window_rows[begin:end], columns[begin:end]))
-        begin = end
-    if len(parts) == 1:
-        return parts[0]
-
-    def starts(k: int) -> np.ndarray:  # a per-vertex start table, shifted past earlier batches
-        shifted, shift = [], 0
-        for part in parts:
-            shifted.append(part[k][:-1] + shift)
-            shift += int(part[k][-1])
-        return np.concatenate(shifted + [np.array([shift], dtype=np.int64)])
-
-    joined = (lambda k: np.concatenate([part[k] for part in parts]))
-    return joined(0), starts(1), joined(2), starts(3), joined(4), starts(5)
+    """:func:`_piece_tables` of a group: its bases as runs (a long sequence's indices are never
+    listed), its windows element by element."""
+    runs = [base.index_runs() for base in bases]
+    base_runs_at = np.concatenate(([0], np.cumsum([len(p) for p, _ in runs], dtype=np.int64)))
+    base_positions = np.concatenate([p for p, _ in runs]).astype(np.int64, copy=False)
+    base_firsts = np.concatenate([f for _, f in runs]).astype(np.int64, copy=False)
+    window_index, window_at = _flat_indices(windows)
+    return _piece_tables(base_positions, base_firsts, base_runs_at, window_index, window_at,
+                         rows, window_rows, columns)
 
 
 def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
