@@ -11,7 +11,28 @@ runs — for an id array, or for a strided view without materialising its ids.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def prefetch(typingctx, array, row):
+    """Start loading row ``row`` of a 2-D C-contiguous int64 ``array`` into the cache, without
+    waiting for it (LLVM's ``prefetch``: no effect on what the program computes, no fault on any
+    address).  For walks whose next lookup is predictable but whose data is far from the last."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0])
+        width = builder.extract_value(data.shape, 1)
+        address = builder.gep(data.data, [builder.mul(args[1], width)])
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]))
+        builder.call(function, [builder.bitcast(address, byte_pointer), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(array, row), codegen
 
 
 @njit(cache=True, nogil=True)
@@ -55,22 +76,28 @@ def tile_runs(tiles, first_id, size, counts, firsts, lengths, run_tiles,
 
 
 @njit(cache=True, nogil=True)
-def find_run(i, run, jump, first_id, length):  # pragma: no cover (compiled)
+def find_run(i, run, jump, runs):  # pragma: no cover (compiled)
     """The run holding global id ``i``, or -1.  Views walk their variables in a few regular
-    strides, so before a binary search it tries the current run, the next one and the run as far
-    from the current one as the last jump went (a strided view's next row on the same tile)."""
-    for guess in (run, run + 1, run + jump):
-        if 0 <= guess < first_id.shape[0] and first_id[guess] <= i < first_id[guess] + length[guess]:
+    strides, so before a binary search it tries the current run, the run as far from it as the
+    last jump went (a strided view's next row on the same tile) and the next one."""
+    count = runs.shape[0]
+    for guess in (run, run + jump, run + 1):
+        if 0 <= guess < count and runs[guess, 0] <= i < runs[guess, 0] + runs[guess, 1]:
             return guess
-    guess = np.searchsorted(first_id, i, side="right") - 1
-    if guess < 0 or i >= first_id[guess] + length[guess]:
+    low, high = 0, count  # then the last run starting at or before ``i``
+    while low < high:
+        middle = (low + high) // 2
+        if runs[middle, 0] <= i:
+            low = middle + 1
+        else:
+            high = middle
+    if low == 0 or i >= runs[low - 1, 0] + runs[low - 1, 1]:
         return -1
-    return guess
+    return low - 1
 
 
 @njit(cache=True, nogil=True)
-def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, elem_size,
-                   stride, unit, result, at, result_strides,
+def fill_addresses(ids, offset, shape, strides, runs, stride, unit, result, at, result_strides,
                    run_places):  # pragma: no cover (compiled)
     """Byte address // ``unit`` of every element of a view of ``shape``, in row-major order: the
     element's id is the next of ``ids`` if ``ids`` is not empty, else that of the strided view
@@ -107,17 +134,20 @@ def fill_addresses(ids, offset, shape, strides, first_id, length, tile, within, 
         c = 0
         while c < inner:
             i = row_id + c * strides[rank - 1] if walk else ids[k]
-            if not (run >= 0 and first_id[run] <= i < first_id[run] + length[run]):
-                found = find_run(i, run, jump, first_id, length)
+            if not (run >= 0 and runs[run, 0] <= i < runs[run, 0] + runs[run, 1]):
+                found = find_run(i, run, jump, runs)
                 if found < 0:
                     return k, runs_written
                 if run >= 0 and found != run + 1:
                     jump = found - run
                 run = found
-                step = elem_size[run] // unit
-                start = (tile[run] * stride + within[run]) // unit - first_id[run] * step
+                ahead = run + 4 * jump  # four rows on, where a strided walk goes
+                if jump > 1 and ahead < runs.shape[0]:
+                    prefetch(runs, ahead)
+                step = runs[run, 4] // unit
+                start = (runs[run, 2] * stride + runs[run, 3]) // unit - runs[run, 0] * step
             place = row_at + c * result_strides[rank - 1]
-            count = min(inner - c, first_id[run] + length[run] - i) if chunked else 1
+            count = min(inner - c, runs[run, 0] + runs[run, 1] - i) if chunked else 1
             first = start + i * step
             if only_runs:
                 if place != next_place or first != next_address:

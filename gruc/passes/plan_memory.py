@@ -98,11 +98,12 @@ class MemoryPlan:
     num_signatures: int
     """Distinct tile signatures actually planned (the rest reused a plan)."""
     _graph: object = field(repr=False)
-    _runs: tuple[np.ndarray, ...] = field(repr=False)
+    _runs: np.ndarray = field(repr=False)
     """Runs of consecutive elements of a variable on one tile, sorted by global id (variables own
-    increasing id ranges): first id, length, tile, byte offset on the tile, element size.  Every
-    address query walks these (:meth:`element_addresses`): a per-element table of the whole module
-    would hold hundreds of millions of addresses for a long sequence."""
+    increasing id ranges), one row each: first id, length, tile, byte offset on the tile, element
+    size (a row is one cache line's read when a walk looks a run up).  Every address query walks
+    these (:meth:`element_addresses`): a per-element table of the whole module would hold
+    hundreds of millions of addresses for a long sequence."""
 
     # ---- queries --------------------------------------------------------------------------------
     @property
@@ -225,7 +226,7 @@ class MemoryPlan:
         compiled pass over the runs.  Returns how many runs it wrote (with ``run_places``)."""
         stride = self.capacity if tile_stride is None else int(tile_stride)
         as_array = (lambda values: np.array(values, dtype=np.int64))
-        bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), *self._runs,
+        bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), self._runs,
                                    stride, unit, out, at, as_array(places), run_places)
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
@@ -324,9 +325,9 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
                  if variable.num_elements and index in liveness.used]
     counts = [count_runs(graph.element_tiles(graph.variables[index])) for index in allocated]
     run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
-    run_first, run_length, run_tile, run_within, run_block = \
-        (np.empty(run_at[-1], dtype=np.int64) for _ in range(5))
-    run_size = np.empty(run_at[-1], dtype=np.int64)
+    runs = np.empty((run_at[-1], 5), dtype=np.int64)
+    run_first, run_length, run_tile, run_within, run_size = runs.T
+    run_block = np.empty(run_at[-1], dtype=np.int64)
     blocks, first_block = [], 0
     for index, begin, end in zip(allocated, run_at[:-1], run_at[1:]):
         variable = graph.variables[index]
@@ -387,9 +388,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
 
     # a run's place on its tile: the bytes of its variable before it there, past its block's start
     run_within += block_offset[run_block]
-    runs = (run_first, run_length, run_tile, run_within, run_size)
     arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
-              always_live_bytes, nal_bytes, total_bytes, *runs]
+              always_live_bytes, nal_bytes, total_bytes, runs]
     for array in arrays:
         array.flags.writeable = False
     plan = MemoryPlan(

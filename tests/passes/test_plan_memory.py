@@ -332,12 +332,11 @@ def test_a_broken_plan_is_caught_by_the_simulation():
     offsets = np.array(plan.block_offset)
     ia, ib = vindex(g, a), vindex(g, b)
     offsets[plan.block_variable == ib] = offsets[plan.block_variable == ia][0]
-    first_id, length, tile, within, size = plan._runs
-    within = np.array(within)
-    run_var = g.variable_of_id(first_id)
-    within[run_var == ib] = within[run_var == ia]
+    runs = np.array(plan._runs)  # rows: first id, length, tile, byte offset, element size
+    run_var = g.variable_of_id(runs[:, 0])
+    runs[run_var == ib, 3] = runs[run_var == ia, 3]
     broken = MemoryPlan(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__},
-                           "block_offset": offsets, "_runs": (first_id, length, tile, within, size)})
+                           "block_offset": offsets, "_runs": runs})
     with pytest.raises(AssertionError, match="a was overwritten by b"):
         check_by_simulation(m, broken, random.Random(0), runs=1)
     with pytest.raises(AssertionError):
