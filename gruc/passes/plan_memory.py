@@ -344,7 +344,7 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         block_tiles = np.flatnonzero(per_tile)
         block_of_tile = np.zeros(num_tiles, dtype=np.int64)
         block_of_tile[block_tiles] = np.arange(first_block, first_block + len(block_tiles))
-        np.take(block_of_tile, run_tile[begin:end], out=run_block[begin:end])
+        np.take(block_of_tile, run_tile[begin:end], out=run_block[begin:end], mode="clip")
         run_size[begin:end] = size
         blocks.append((np.full(len(block_tiles), index, dtype=np.int64), block_tiles,
                        per_tile[block_tiles] * size))
