@@ -172,10 +172,11 @@ class MemoryPlan:
         positions, firsts = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
         count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions)
         positions, firsts = positions[:count], firsts[:count]
-        if np.any(positions[1:] < positions[:-1]):  # parts of a concatenation along an inner dim
-            order = np.argsort(positions, kind="stable")
+        if count > 1 and np.any(positions[1:] < positions[:-1]):  # parts of a concatenation
+            order = np.argsort(positions, kind="stable")  # along an inner dim, interleaved
             positions, firsts = positions[order], firsts[order]
-            begins = np.concatenate(([True], np.diff(firsts) != np.diff(positions)))
+            begins = np.ones(count, dtype=bool)
+            begins[1:] = firsts[1:] - firsts[:-1] != positions[1:] - positions[:-1]
             positions, firsts = positions[begins], firsts[begins]
         return positions.copy(), firsts.copy()
 
@@ -186,9 +187,10 @@ class MemoryPlan:
         shape = tensor.shape or (1,)
         if out is None:
             out = np.empty(tensor.num_elements, dtype=np.int64)
-        places = np.cumprod((1,) + shape[:0:-1])[::-1]  # row-major element strides of ``out``
-        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places.tolist()),
-                           run_places, 0)
+        places = [1]  # row-major element strides of ``out``
+        for size in shape[:0:-1]:
+            places.insert(0, places[0] * size)
+        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places), run_places, 0)
         return runs if len(run_places) else out
 
     def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,

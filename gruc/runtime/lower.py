@@ -108,14 +108,17 @@ class Operand:
             positions = np.flatnonzero(np.diff(index, prepend=index[:1] - 2) != 1)
             return positions, index[positions]
         positions, firsts = self._resolve_runs()
-        lengths = np.diff(positions, append=math.prod(self.shape))
-        for check in list(self._checks):
-            runs = getattr(check, "runs", None)
-            if runs is None:
-                self.index  # noqa: B018  (resolving runs every check on the index)
-            else:
-                runs(self, firsts, lengths)
-        self._checks = []
+        if self._checks:
+            lengths = np.empty_like(positions)
+            lengths[:-1] = positions[1:] - positions[:-1]
+            lengths[-1:] = math.prod(self.shape) - positions[-1:]
+            for check in list(self._checks):
+                runs = getattr(check, "runs", None)
+                if runs is None:
+                    self.index  # noqa: B018  (resolving runs every check on the index)
+                else:
+                    runs(self, firsts, lengths)
+            self._checks = []
         return positions, firsts
 
     @property
