@@ -36,8 +36,11 @@ own memory gives wrong results, not a memory-safety breach, and the numerical te
 
 Cost.  One compiled pass per access (:func:`_first_violation`): a run of consecutive addresses
 — most operands are a few runs per tile — costs one block lookup and a compare per element, and
-nothing is allocated, so the check adds a few percent to an engine's compile.  Only a failing
-access is looked at again, in numpy, to name every bad element in the message.
+nothing is allocated, so the check adds a few percent to an engine's compile.  An operand read
+as runs (:meth:`~gruc.runtime.lower.Operand.index_runs`, a slice group's long bases) is checked a
+run at a time, one block lookup each; a run not wholly inside one allowed block is checked
+element by element.  Only a failing access is looked at again, in numpy, to name every bad
+element in the message.
 """
 
 from __future__ import annotations
