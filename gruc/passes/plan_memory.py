@@ -156,12 +156,10 @@ class MemoryPlan:
         target's ``bytes_per_tile``; lowering passes its packed stride)."""
         return self._tensor_into(tensor, tile_stride, 1, None)
 
-    def element_indices(self, tensor: Tensor, tile_stride: int,
-                        out: np.ndarray | None = None) -> np.ndarray:
+    def element_indices(self, tensor: Tensor, tile_stride: int) -> np.ndarray:
         """:meth:`element_addresses` divided by the element size: the typed index of each element
-        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs).
-        With ``out`` (int64, one entry per element) they are written there and it is returned."""
-        return self._tensor_into(tensor, tile_stride, tensor.dtype.size, out)
+        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs)."""
+        return self._tensor_into(tensor, tile_stride, tensor.dtype.size, None)
 
     def index_runs(self, tensor: Tensor, tile_stride: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`element_indices` as its runs of consecutive indices: the flat position where

@@ -54,7 +54,7 @@ class Operand:
     __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_resolve_runs", "_checks")
 
     def __init__(self, dtype: DType, index: np.ndarray | None, shape: tuple[int, ...],
-                 tensor: Tensor | None = None, resolve: Callable[..., np.ndarray] | None = None,
+                 tensor: Tensor | None = None, resolve: Callable[[], np.ndarray] | None = None,
                  resolve_runs: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.dtype = dtype
         self.shape = shape
@@ -80,23 +80,6 @@ class Operand:
                 raise
             self._resolve, self._checks = None, []
         return self._index
-
-    def index_into(self, out: np.ndarray) -> None:
-        """Write ``index`` into ``out`` (flat int64) without keeping it, for a reader that needs
-        it once: a slice group turns a long sequence's indices into row tables, and kept, those
-        indices would hold gigabytes for the engine's lifetime.  The checks run on it as on
-        resolving; a later ``index`` computes the same values again."""
-        if self._index is not None:
-            out[:] = self._index.reshape(-1)
-            return
-        self._resolve(out=out)
-        self._index = out
-        try:  # the checks read ``index``
-            for check in self._checks:
-                check(self)
-        finally:
-            self._index = None
-        self._checks = []
 
     def index_runs(self) -> tuple[np.ndarray, np.ndarray]:
         """``index`` as its runs of consecutive indices: the flat position where each begins

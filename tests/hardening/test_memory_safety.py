@@ -197,21 +197,6 @@ def test_a_lazy_check_runs_when_the_index_is_first_computed():
     assert lowered.fields["out"].index.size == 120  # the other fields are fine
 
 
-def test_an_index_written_once_is_checked_and_not_kept():
-    """``index_into`` (how a slice group reads its long bases) runs the pending check on what it
-    writes — a bad index raises every time — and keeps nothing: a good one equals ``index``."""
-    lowered = lazily_checked_map_vertex()
-    bad, good = lowered.fields["ins"][0], lowered.fields["out"]
-    for _ in range(2):
-        with pytest.raises(GrucVerifyError, match=r"field 'ins\[0\]' element 0 .* is outside"):
-            bad.index_into(np.empty(120, np.int64))
-        assert not bad.resolved
-    written = np.empty(120, np.int64)
-    good.index_into(written)
-    assert not good.resolved
-    assert np.array_equal(written, good.index) and good.resolved
-
-
 def test_an_index_read_as_runs_is_checked_run_by_run():
     """``index_runs`` (how a slice group reads its bases) checks each run against the blocks and
     keeps nothing when they pass; a run outside them is checked element by element, failing with

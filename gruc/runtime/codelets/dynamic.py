@@ -229,14 +229,10 @@ def _piece_tables(base_positions, base_firsts, base_runs_at, window_index, windo
 
 
 def _flat_indices(operands: list[Operand]) -> tuple[np.ndarray, np.ndarray]:
-    """The operands' element indices joined (each written straight into its place, not kept by
-    the operand), and where each one's begin."""
-    sizes = np.array([math.prod(op.shape) for op in operands], dtype=np.int64)
-    at = np.concatenate(([0], np.cumsum(sizes)))
-    joined = np.empty(int(at[-1]), dtype=np.int64)
-    for operand, begin, end in zip(operands, at[:-1].tolist(), at[1:].tolist()):
-        operand.index_into(joined[begin:end])
-    return joined, at[:-1]
+    """The operands' element indices joined, and where each one's begin."""
+    sizes = [op.index.size for op in operands]  # lowering's indices are int64: no copy
+    return (np.concatenate([op.index.reshape(-1) for op in operands]).astype(np.int64, copy=False),
+            np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1])
 
 
 def _group_tables(bases: list[Operand], windows: list[Operand], rows: np.ndarray,
@@ -245,8 +241,8 @@ def _group_tables(bases: list[Operand], windows: list[Operand], rows: np.ndarray
     listed), its windows element by element."""
     runs = [base.index_runs() for base in bases]
     base_runs_at = np.concatenate(([0], np.cumsum([len(p) for p, _ in runs], dtype=np.int64)))
-    base_positions = np.concatenate([p for p, _ in runs]).astype(np.int64, copy=False)
-    base_firsts = np.concatenate([f for _, f in runs]).astype(np.int64, copy=False)
+    base_positions = np.concatenate([p for p, _ in runs])
+    base_firsts = np.concatenate([f for _, f in runs])
     window_index, window_at = _flat_indices(windows)
     return _piece_tables(base_positions, base_firsts, base_runs_at, window_index, window_at,
                          rows, window_rows, columns)
