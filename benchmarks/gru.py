@@ -2,7 +2,8 @@
 
 For each shape ``(T, B, I, H)`` the same reset-after GRU (torch's formula, so every contender
 computes the same numbers from the same weights) is timed, interleaved round by round so machine
-noise hits all contenders alike, as the median of ``--repeats`` runs after one warm-up:
+noise hits all contenders alike, as the median of ``--repeats`` runs, each after the same
+contender ran untimed for a moment (:data:`SWITCH_SECONDS`):
 
 * ``gruc_fwd`` / ``gruc_train``: one ``Engine.run`` of the poplibs-style layer on ``Target.ipu2()``
   with the default pipeline — inference (``phase="fwd"``), and forward + backward with input
@@ -13,7 +14,9 @@ noise hits all contenders alike, as the median of ``--repeats`` runs after one w
   requiring gradients.
 * ``numpy_fwd`` / ``numpy_train``: a float32 numpy implementation (OpenBLAS, 2 threads).
 * ``flop_bound_fwd`` / ``flop_bound_train``: poplibs' FLOP formulas for the layer divided by the
-  peak sgemm rate measured here (a 2048^3 float32 product) — no implementation can beat it.
+  peak sgemm rate measured here (a 2048^3 float32 product, the faster of numpy's and the library
+  gruc's products use, MKL where installed: :mod:`gruc.runtime.blas`) — no implementation can
+  beat it.
 
 Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported; the gruc forward output is checked
 against torch's (max abs difference; poplibs' test data with the weights scaled as torch
@@ -42,9 +45,16 @@ from _common import write_result  # noqa: E402
 from gruc import Engine  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
+from gruc.runtime.blas import library_name, multiply  # noqa: E402
 
 SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))
 THREADS = 2
+SWITCH_SECONDS = 0.15
+"""How long each contender runs untimed before its timed call in a round.  A BLAS thread pool
+spins on the cores for up to ~0.1 s after its caller returns (OpenBLAS's, here): a contender timed
+right after the numpy peer ran against those threads (gruc's MKL products, 2x slower).  Pausing
+instead does not do: after an idle pause this VM's memory is slow to touch again (a 17 ms run took
+25 ms after 0.1 s idle, 50 ms after 1 s).  So every contender is timed warm and alone."""
 
 
 # ---- the float32 numpy peer (torch's gate order r, z, n; reset-after) -------------------------
@@ -148,29 +158,33 @@ def torch_peer(data):
     return forward, train, state
 
 
-def peak_sgemm_flops(size: int = 2048, repeats: int = 9) -> float:
-    """The best rate of a ``size``-cubed float32 product: a peak, so the fastest run counts (a
-    median drifts down with whatever else the machine is doing, and the bound with it)."""
-    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((size, size), dtype=np.float32)
-    out = np.empty((size, size), np.float32)
+def peak_sgemm_flops(library: str, size: int = 2048, repeats: int = 9) -> float:
+    """The best rate of a ``size``-cubed float32 product by ``library`` (see
+    :mod:`gruc.runtime.blas`): a peak, so the fastest run counts (a median drifts down with
+    whatever else the machine is doing, and the bound with it)."""
+    a = np.random.default_rng(0).standard_normal((1, size, size), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((1, size, size), dtype=np.float32)
+    out = np.empty((1, size, size), np.float32)
     for _ in range(2):
-        np.matmul(a, b, out=out)
+        multiply(a, b, out, library)
     best = math.inf
     for _ in range(repeats):
         start = time.perf_counter()
-        np.matmul(a, b, out=out)
+        multiply(a, b, out, library)
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
 
 
 def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each contender, timed round-robin after one warm-up each."""
-    for fn in contenders.values():
-        fn()
+    """Median seconds of each contender, timed round-robin, each call after
+    :data:`SWITCH_SECONDS` of the same contender untimed."""
     times = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
+            warm = time.perf_counter() + SWITCH_SECONDS
+            fn()
+            while time.perf_counter() < warm:
+                fn()
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
@@ -211,9 +225,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
     shapes = [tuple(int(v) for v in text.split("x")) for text in args.shapes.split(",")]
-    peak = peak_sgemm_flops()
+    library = library_name()
+    peaks = {name: peak_sgemm_flops(name) for name in {"numpy", library}}
+    peak = max(peaks.values())  # the bound is the fastest sgemm this machine has
     results = [measure(shape, args.repeats, peak) for shape in shapes]
-    print(f"peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms (ratio gruc/torch, gruc/bound)")
+    print(f"gruc's products: {library}; peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms "
+          f"(ratio gruc/torch, gruc/bound)")
     for row in results:
         ms, ratios = row["median_ms"], row["ratios"]
         name = row["shape"]
@@ -224,7 +241,10 @@ def main() -> None:
                   f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
         print(f"{'':>16} gruc forward output vs torch: max abs difference "
               f"{row['gruc_fwd_vs_torch_max_abs_difference']:.1e}")
-    write_result("gru", {"threads": THREADS, "peak_sgemm_gflops": round(peak / 1e9, 1),
+    write_result("gru", {"threads": THREADS, "gruc_products": library,
+                         "peak_sgemm_gflops": round(peak / 1e9, 1),
+                         "peak_sgemm_gflops_by_library": {name: round(value / 1e9, 1)
+                                                          for name, value in peaks.items()},
                          "repeats": args.repeats, "results": results})
 
 

@@ -45,6 +45,7 @@ from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
+from gruc.runtime.blas import WeightsProduct, library_name, multiply
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
                                   numba_vertex, runs_by_address)
@@ -253,10 +254,14 @@ class _Operands:
                        Unchanged(vertex.fields[name], executable, step_counts, step), host)
                       for name, host in (("a", self.a), ("b", self.b))]
 
-    def gather(self, memory: DeviceMemory) -> None:
+    def gather(self, memory: DeviceMemory) -> bool:
+        """Both operands as they are now; True if ``b`` was read again (it may have changed)."""
+        read = False
         for transfer, unchanged, host in self.moves:
-            if not unchanged(memory):
+            read = not unchanged(memory)
+            if read:
                 transfer.read(memory, host)
+        return read
 
 
 def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
@@ -266,6 +271,7 @@ def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
     p_out = Transfer(vertex.fields["partials"])
     a, b = operands.a, operands.b
     partials = np.empty(geometry.partials_shape, F32)
+    library = library_name()
     products = []
     for part in geometry.k.parts():  # one batched product per k block size
         end = part.start + part.count * part.size
@@ -277,7 +283,7 @@ def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
     def run(memory: DeviceMemory) -> None:
         operands.gather(memory)
         for a_k, b_k, p_k in products:
-            np.matmul(a_k, b_k, out=p_k)
+            multiply(a_k, b_k, p_k, library)
         p_out.write(memory, partials)
 
     return run
@@ -422,11 +428,12 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
 
 
 def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
-    """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product."""
+    """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product (``b``,
+    the weights in a loop, packed once for as long as it does not change)."""
+    multiply = WeightsProduct(operands.a, operands.b, product)
 
     def run(memory: DeviceMemory) -> None:
-        operands.gather(memory)
-        np.matmul(operands.a, operands.b, out=product)
+        multiply(b_changed=operands.gather(memory))
 
     return run
 
@@ -507,6 +514,7 @@ class _DeferredProducts:
         self.joined_b = np.empty((G, depth, K, N), F32) if G > 1 else None
         self.product = np.empty((G, M, N), F32)
         self.count = 0
+        self.library = library_name()
 
     def readers(self, producer: LoweredVertex) -> dict[str, Callable]:
         """The ``gather`` keywords reading a partials vertex's operands into the stacks."""
@@ -539,7 +547,7 @@ class _DeferredProducts:
         if self.count == 0:
             return
         a = self._joined(self.a, self.joined_a).transpose(0, 2, 1)
-        np.matmul(a, self._joined(self.b, self.joined_b), out=self.product)
+        multiply(a, self._joined(self.b, self.joined_b), self.product, self.library)
         np.add(kept, self.product, out=kept)
         self.count = 0
 

@@ -1,0 +1,181 @@
+"""The float32 products of the numba engine: Intel MKL where it is installed, numpy otherwise.
+
+Why not simply ``numpy.matmul``: a recurrent step multiplies a thin activation (a batch of 32 or
+64 rows) by the same weights on every step, and a BLAS library re-lays the weights out into its
+kernel's blocks ("packs" them) on every call.  For so few rows the packing costs as much as the
+arithmetic: numpy's OpenBLAS took 420 us for a 32x512 by 512x1536 product here (120 GFLOP/s, half
+its peak).  MKL's packed interface packs the weights once and multiplies from the packed copy
+(210 us); its plain ``sgemm`` is also faster on thin products (320 us).  So the engine's products
+go to MKL when the ``mkl`` wheel is importable (it is a dependency on x86-64 Linux) and to
+``numpy.matmul`` everywhere else — the same sums in another order, so results differ from one
+library to the other in the last bits, as they do between BLAS builds.
+
+Every product must have the same bits whenever it is taken — a layer split into time shards
+must give the unsplit layer's results bit for bit (SPEC G2).  MKL is put in its strict
+reproducible mode (``MKL_CBWR_Set(AUTO | STRICT)``: the same bits whatever the threads and the
+alignment of the arrays; measured here, no slower), and a step's weights are always multiplied
+packed: a packed and a plain product of 32x1536 by 1536x512 round differently otherwise.
+
+One library for every product of a run: two BLAS thread pools in one process take turns badly
+(each spins on the cores after a call; a numpy product interleaved with MKL ones ran 3x slower).
+MKL's OpenMP workers spin 200 ms after each call by default, which would steal the cores from
+whatever runs next (torch, in the benchmark); gruc sets ``KMP_BLOCKTIME=1`` (1 ms: longer than the
+gaps between the products of a step) unless the environment sets it, before MKL starts.
+
+``GRUC_BLAS`` chooses: ``auto`` (the default: MKL if it loads), ``mkl`` (an error if it does not)
+or ``numpy``.  It is read when an engine prepares its products.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+from functools import cache
+
+import numpy as np
+
+from gruc.errors import GrucValueError
+
+CHOICES = ("auto", "mkl", "numpy")
+"""The values ``GRUC_BLAS`` may take."""
+
+_ROW_MAJOR, _NO_TRANS, _TRANS, _PACKED, _B_MATRIX = 101, 111, 112, 151, 162  # MKL's CBLAS enums
+_CBWR_AUTO, _CBWR_STRICT = 2, 0x10000  # mkl_service.h: the CPU's own code path, strictly
+_FLOAT = np.dtype(np.float32)
+_ALIGNMENT = 64
+"""Bytes to which a packed copy is aligned (MKL's own allocator aligns to 64)."""
+
+
+def _mkl_runtime_path() -> str | None:
+    """Where the ``mkl`` wheel put MKL's single dynamic library, if it is installed."""
+    try:
+        files = importlib.metadata.distribution("mkl").files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name.startswith("libmkl_rt.so"):
+            path = file.locate()
+            if os.path.exists(path):
+                return str(path)
+    return None
+
+
+@cache
+def _mkl() -> ctypes.CDLL | None:
+    """MKL loaded with the signatures gruc calls, or None where it is missing or does not load."""
+    path = _mkl_runtime_path()
+    if path is None:
+        return None
+    os.environ.setdefault("KMP_BLOCKTIME", "1")  # read when MKL's OpenMP runtime starts
+    try:
+        library = ctypes.CDLL(path)
+    except OSError:
+        return None
+    integer, size, real, pointer = ctypes.c_int, ctypes.c_size_t, ctypes.c_float, ctypes.c_void_p
+    library.cblas_sgemm.argtypes = [integer] * 6 + [real, pointer, integer, pointer, integer, real,
+                                                   pointer, integer]
+    library.cblas_sgemm.restype = None
+    library.cblas_sgemm_pack_get_size.argtypes = [integer] * 4
+    library.cblas_sgemm_pack_get_size.restype = size
+    library.cblas_sgemm_pack.argtypes = [integer] * 6 + [real, pointer, integer, pointer]
+    library.cblas_sgemm_pack.restype = None
+    library.cblas_sgemm_compute.argtypes = [integer] * 6 + [pointer, integer, pointer, integer,
+                                                           real, pointer, integer]
+    library.cblas_sgemm_compute.restype = None
+    library.MKL_CBWR_Set.argtypes = [integer]
+    library.MKL_CBWR_Set.restype = integer
+    if library.MKL_CBWR_Set(_CBWR_AUTO | _CBWR_STRICT) != 0:
+        return None  # no reproducible products: numpy's are
+    return library
+
+
+def library_name() -> str:
+    """The library the next engine's products use, as ``GRUC_BLAS`` and this machine allow."""
+    choice = os.environ.get("GRUC_BLAS", "auto")
+    if choice not in CHOICES:
+        raise GrucValueError(f"GRUC_BLAS={choice!r} names no product library gruc has: allowed "
+                             f"{', '.join(CHOICES)}")
+    if choice == "numpy":
+        return "numpy"
+    if _mkl() is not None:
+        return "mkl"
+    if choice == "mkl":
+        raise GrucValueError("GRUC_BLAS='mkl' but Intel MKL is not installed or does not load "
+                             "here (pip install mkl, on x86-64); allowed here: auto, numpy")
+    return "numpy"
+
+
+def _layout(matrix: np.ndarray) -> tuple[int, int] | None:
+    """A float32 matrix as CBLAS sees it in row-major order: (transposed flag, leading dimension),
+    or None if its strides are not those of a matrix or of a matrix's transpose."""
+    rows, columns = matrix.shape
+    if matrix.dtype != _FLOAT or matrix.strides[0] % 4 or matrix.strides[1] % 4:
+        return None
+    if matrix.strides[1] == 4 or columns == 1:
+        lead = matrix.strides[0] // 4 if rows > 1 else columns
+        return (_NO_TRANS, lead) if lead >= max(columns, 1) else None
+    if matrix.strides[0] == 4 or rows == 1:
+        lead = matrix.strides[1] // 4 if columns > 1 else rows
+        return (_TRANS, lead) if lead >= max(rows, 1) else None
+    return None
+
+
+def multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray, library: str) -> None:
+    """``out = a @ b`` for float32 ``[..., M, K]`` by ``[..., K, N]`` into ``[..., M, N]`` (the
+    same leading axes); ``a`` and ``b`` may be transposed views (MKL reads them through their
+    strides: no copy is made)."""
+    if library == "numpy" or 0 in a.shape or 0 in b.shape:
+        np.matmul(a, b, out=out)
+        return
+    mkl = _mkl()
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    for at in np.ndindex(a.shape[:-2]):
+        a_layout, b_layout, out_layout = _layout(a[at]), _layout(b[at]), _layout(out[at])
+        if a_layout is None or b_layout is None or out_layout is None or out_layout[0] != _NO_TRANS:
+            np.matmul(a[at], b[at], out=out[at])
+            continue
+        mkl.cblas_sgemm(_ROW_MAJOR, a_layout[0], b_layout[0], M, N, K, 1.0, a[at].ctypes.data,
+                        a_layout[1], b[at].ctypes.data, b_layout[1], 0.0, out[at].ctypes.data,
+                        out_layout[1])
+
+
+class WeightsProduct:
+    """``out = a @ b`` on the same contiguous float32 host arrays, call after call, for a ``b``
+    that rarely changes (a step's weights).
+
+    With MKL, ``b`` is packed whenever the caller says it changed, and products are taken from the
+    packed copy (a ``b`` that changes on every call costs a pack per product: about 10 % more than
+    a plain product, for products whose bits do not depend on when ``b`` last changed).  With
+    numpy, ``numpy.matmul``.  The arrays are C-contiguous and never move."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        self.a, self.b, self.out = a, b, out
+        self.library = library_name()
+        self.packs = 0
+        """How many times ``b`` has been packed."""
+        G, M, K = a.shape
+        N = b.shape[2]
+        if self.library == "numpy" or 0 in (M, K, N):
+            self.library = "numpy"
+            return
+        size = int(_mkl().cblas_sgemm_pack_get_size(_B_MATRIX, M, N, K))
+        self._buffers = [np.empty(size + _ALIGNMENT, np.uint8) for _ in range(G)]
+        # addresses, taken once: the arrays never move
+        self._groups = [(a[g].ctypes.data, b[g].ctypes.data, out[g].ctypes.data,
+                         buffer.ctypes.data - buffer.ctypes.data % _ALIGNMENT + _ALIGNMENT)
+                        for g, buffer in enumerate(self._buffers)]
+        self._sizes = (M, N, K)
+
+    def __call__(self, b_changed: bool) -> None:
+        """The product, ``b_changed`` telling whether ``b`` holds other values than last call."""
+        if self.library == "numpy":
+            np.matmul(self.a, self.b, out=self.out)
+            return
+        mkl, (M, N, K) = _mkl(), self._sizes
+        for a, b, out, packed in self._groups:
+            if b_changed or not self.packs:
+                mkl.cblas_sgemm_pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, M, N, K, 1.0, b, N, packed)
+            mkl.cblas_sgemm_compute(_ROW_MAJOR, _NO_TRANS, _PACKED, M, N, K, a, K, packed, N, 0.0,
+                                    out, N)
+        self.packs += b_changed or not self.packs
