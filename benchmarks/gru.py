@@ -45,7 +45,7 @@ from _common import write_result  # noqa: E402
 from gruc import Engine  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
-from gruc.runtime.blas import library_name, multiply  # noqa: E402
+from gruc.runtime.blas import Product, library_name  # noqa: E402
 
 SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))
 THREADS = 2
@@ -164,13 +164,13 @@ def peak_sgemm_flops(library: str, size: int = 2048, repeats: int = 9) -> float:
     whatever else the machine is doing, and the bound with it)."""
     a = np.random.default_rng(0).standard_normal((1, size, size), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((1, size, size), dtype=np.float32)
-    out = np.empty((1, size, size), np.float32)
+    product = Product(a, b, np.empty((1, size, size), np.float32), library)
     for _ in range(2):
-        multiply(a, b, out, library)
+        product()
     best = math.inf
     for _ in range(repeats):
         start = time.perf_counter()
-        multiply(a, b, out, library)
+        product()
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
 

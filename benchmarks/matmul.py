@@ -8,7 +8,8 @@ runs).  Target (issue 3, part 2): engine <= 2x numpy.  Also measured: the per-ex
 of a tiny matmul run 1000 times in a ``Repeat`` (a GRU runs hundreds of matmuls per sequence).
 Writes ``benchmarks/results/matmul.json``.
 
-BLAS runs single-threaded on both sides unless ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` say
+BLAS runs single-threaded on both sides (numpy's OpenBLAS; the engine's products are MKL's where
+installed, see :mod:`gruc.runtime.blas`) unless ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` say
 otherwise: the comparison is about what the engine adds around the products, and a threaded BLAS
 on a small shared machine makes both timings erratic (tens of times slower at random).  The JSON
 records the settings used.
@@ -27,6 +28,7 @@ import numpy as np  # noqa: E402
 
 from _common import median_seconds, write_result  # noqa: E402
 from gruc import FLOAT, Engine, Graph, Repeat, Sequence, Target  # noqa: E402
+from gruc.runtime.blas import library_name  # noqa: E402
 from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs,  # noqa: E402
                              mat_mul, plan_mat_mul)
 
@@ -111,7 +113,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     target = Target.ipu2()
     shapes = [measure(target, a_shape, b_shape, rng) for a_shape, b_shape in SHAPES]
-    payload = {"target": "ipu2", "backend": "numba", "target_ratio": TARGET_RATIO,
+    payload = {"target": "ipu2", "backend": "numba", "gruc_products": library_name(),
+               "target_ratio": TARGET_RATIO,
                "blas_threads": {name: os.environ.get(name) for name in
                                 ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")},
                "shapes": shapes, "overhead": overhead(target, rng)}

@@ -29,7 +29,7 @@ def test_mkl_loads_where_it_is_a_dependency(monkeypatch):
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-@given(G=st.integers(1, 3), M=st.integers(0, 9), K=st.integers(0, 70), N=st.integers(0, 40),
+@given(G=st.integers(1, 3), M=st.integers(0, 48), K=st.integers(0, 400), N=st.integers(0, 96),
        a_transposed=st.booleans(), b_transposed=st.booleans(), seed=st.integers(0, 2 ** 32 - 1))
 def test_products_of_any_layout_match_float64(library, G, M, K, N, a_transposed, b_transposed,
                                               seed):
@@ -41,14 +41,17 @@ def test_products_of_any_layout_match_float64(library, G, M, K, N, a_transposed,
     b = (np.ascontiguousarray(b64.transpose(0, 2, 1), np.float32).transpose(0, 2, 1)
          if b_transposed else b64.astype(np.float32))
     out = np.full((G, M, N), np.nan, np.float32)
-    blas.multiply(a, b, out, library)
+    product = blas.Product(a, b, out, library)
+    product()
+    big = M * K * N > blas.SMALL_PRODUCT
+    assert product.library == ("mkl" if library == "mkl" and big else "numpy")
     np.testing.assert_allclose(out, a64 @ b64, rtol=1e-5, atol=1e-5 * max(K, 1))
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_packed_weights_follow_every_change(library, monkeypatch, rng):
     monkeypatch.setenv("GRUC_BLAS", library)
-    G, M, K, N = 2, 5, 33, 17
+    G, M, K, N = 2, 32, 100, 90  # above SMALL_PRODUCT
     a, b = np.empty((G, M, K), np.float32), np.empty((G, K, N), np.float32)
     out = np.empty((G, M, N), np.float32)
     product = blas.WeightsProduct(a, b, out)
@@ -95,8 +98,8 @@ def recurrence(steps: int, rows: int, width: int):
 
 @pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("rows, width, fused", [
-    (6, 20, False),  # one k block: the partials are the product, taken by ``multiply``
-    (4, 128, True)])  # k split over tiles: partials and reduction fused, the weights packed
+    (6, 20, False),  # one k block: the partials are the product (a small one: numpy's)
+    (8, 256, True)])  # k split over tiles: partials and reduction fused, the weights packed
 def test_a_recurrent_product_sees_new_weights_written_between_runs(library, rows, width, fused,
                                                                    monkeypatch, rng):
     monkeypatch.setenv("GRUC_BLAS", library)
@@ -143,7 +146,7 @@ def test_products_have_the_same_bits_packed_or_plain_at_any_alignment(M, K, N, m
         a, b = _at_offset((1, M, K), offset), _at_offset((1, K, N), 60 - offset)
         out = _at_offset((1, M, N), offset // 2)
         a[...], b[...] = values_a, values_b
-        blas.multiply(a, b, out, "mkl")
+        blas.Product(a, b, out, "mkl")()
         results.append(out.copy())
         blas.WeightsProduct(a, b, out)(b_changed=True)
         results.append(out.copy())

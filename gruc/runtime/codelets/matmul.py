@@ -12,14 +12,15 @@ writes the output.
 numba (the fast path): the partials of k block ``ik`` on all tiles together form the product of
 A's columns and B's rows of that k block, so the engine gathers A and B once from tile memory
 (runs of consecutive addresses copied by compiled loops), computes every k block's partials with
-one batched BLAS call per block shape (``numpy.matmul`` over ``[g, Pk]``), and scatters them to
-their tiles — the same sums as the definition, at BLAS speed.  It does not fill ``received``
+one BLAS call per block (:mod:`gruc.runtime.blas`: MKL where installed, else ``numpy.matmul``
+over ``[g, Pk]``), and scatters them to their tiles — the same sums as the definition, at BLAS
+speed.  It does not fill ``received``
 (nothing reads it).  Half data is moved as raw 16-bit words and converted by numpy, since numba
 cannot load float16.  When the executable shows that a step's float partials are read only by the
 reduction in the very next step, the two are fused (:func:`_prepare_partials`): one BLAS call
 over all of k, the output written directly, the partials never scattered nor gathered.  An operand
 that provably did not change since the step last gathered it (the weights, in an RNN loop) is not
-gathered again.
+gathered again, nor, with MKL, re-packed for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`).
 A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
 rate (see ``_kept_accumulation``).
@@ -45,7 +46,7 @@ from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
                                exchange_estimator)
-from gruc.runtime.blas import WeightsProduct, library_name, multiply
+from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
                                   numba_vertex, runs_by_address)
@@ -275,15 +276,15 @@ def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
     products = []
     for part in geometry.k.parts():  # one batched product per k block size
         end = part.start + part.count * part.size
-        products.append((a[:, :, part.start:end].reshape(G, M, part.count, part.size)
-                         .transpose(0, 2, 1, 3),
-                         b[:, part.start:end].reshape(G, part.count, part.size, N),
-                         partials[:, part.first:part.first + part.count]))
+        products.append(Product(a[:, :, part.start:end].reshape(G, M, part.count, part.size)
+                                .transpose(0, 2, 1, 3),
+                                b[:, part.start:end].reshape(G, part.count, part.size, N),
+                                partials[:, part.first:part.first + part.count], library))
 
     def run(memory: DeviceMemory) -> None:
         operands.gather(memory)
-        for a_k, b_k, p_k in products:
-            multiply(a_k, b_k, p_k, library)
+        for product in products:
+            product()
         p_out.write(memory, partials)
 
     return run
@@ -430,10 +431,10 @@ def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredV
 def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
     """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product (``b``,
     the weights in a loop, packed once for as long as it does not change)."""
-    multiply = WeightsProduct(operands.a, operands.b, product)
+    weights_product = WeightsProduct(operands.a, operands.b, product)
 
     def run(memory: DeviceMemory) -> None:
-        multiply(b_changed=operands.gather(memory))
+        weights_product(b_changed=operands.gather(memory))
 
     return run
 
@@ -547,7 +548,7 @@ class _DeferredProducts:
         if self.count == 0:
             return
         a = self._joined(self.a, self.joined_a).transpose(0, 2, 1)
-        multiply(a, self._joined(self.b, self.joined_b), self.product, self.library)
+        Product(a, self._joined(self.b, self.joined_b), self.product, self.library)()
         np.add(kept, self.product, out=kept)
         self.count = 0
 
