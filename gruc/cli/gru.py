@@ -12,6 +12,7 @@ import os
 import time
 
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.report import write_text_atomically
 from gruc.runtime.viz import html_report
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     engine.report.print_summary()
     print(f"FLOPs             {layer.flops()}")
     print(f"build / compile   {built:.3f} s / {compile_seconds:.3f} s"
-          + ("" if run_seconds is None else f"; run {run_seconds:.3f} s"))
+          + ("" if run_seconds is None else f"; run {run_seconds:.3f} s")
+          + (f" (products: {library_name()})" if config.backend == "numba" else ""))
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         engine.report.to_json(os.path.join(args.profile, "report.json"))

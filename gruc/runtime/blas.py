@@ -61,11 +61,37 @@ def _mkl_runtime_path() -> str | None:
     return None
 
 
+_INTEL_RUNTIMES = ("libiomp5", "libmkl_rt", "libmkl_core")
+
+
+def foreign_intel_runtime(maps: str, ours: str) -> str | None:
+    """A file of Intel's OpenMP or MKL runtimes that ``maps`` (``/proc/self/maps``) shows loaded
+    from another folder than ``ours`` (the wheel's), or None.  Two copies of Intel's OpenMP runtime
+    in one process abort it (a numpy or other library built on another MKL, under conda): gruc
+    then leaves MKL alone."""
+    for line in maps.splitlines():
+        path = line.rsplit(maxsplit=1)[-1] if "/" in line else ""
+        if (os.path.basename(path).startswith(_INTEL_RUNTIMES)
+                and os.path.dirname(os.path.realpath(path)) != ours):
+            return path
+    return None
+
+
+def _process_maps() -> str:
+    try:
+        with open("/proc/self/maps") as maps:
+            return maps.read()
+    except OSError:  # not Linux: the mkl wheel is a dependency on Linux only
+        return ""
+
+
 @cache
 def _mkl() -> ctypes.CDLL | None:
-    """MKL loaded with the signatures gruc calls, or None where it is missing or does not load."""
+    """MKL loaded with the signatures gruc calls, or None where it is missing, does not load, or
+    another copy of Intel's runtimes is loaded already."""
     path = _mkl_runtime_path()
-    if path is None:
+    if path is None or foreign_intel_runtime(_process_maps(),
+                                             os.path.dirname(os.path.realpath(path))):
         return None
     os.environ.setdefault("KMP_BLOCKTIME", "1")  # read when MKL's OpenMP runtime starts
     try:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gruc.cli import main
-from cli_helpers import SMALL
+from cli_helpers import SIZES, SMALL, gruc
 
 
 
@@ -20,6 +20,17 @@ def test_gru_runs_checks_and_summarises(capsys):
 def test_gru_fails_when_the_check_cannot_pass(capsys):
     assert main(["gru", *SMALL, "--rel-tolerance", "0", "--abs-tolerance", "0"]) == 1
     assert "FAILED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("library", ["numpy", "bogus"])
+def test_gru_names_its_product_library_and_refuses_an_unknown_one(library, monkeypatch, capsys):
+    monkeypatch.setenv("GRUC_BLAS", library)
+    code, out, err = gruc(["gru", *SIZES, "--tiles-per-ipu", "16"], capsys)
+    if library == "numpy":
+        assert code == 0 and "(products: numpy)" in out
+    else:
+        assert code == 2 and "GRUC_BLAS='bogus'" in err and "allowed auto, mkl, numpy" in err
+        assert "Traceback" not in err
 
 
 def test_gru_compile_only_and_profile(tmp_path, capsys):

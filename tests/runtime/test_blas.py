@@ -81,6 +81,17 @@ def test_the_library_choice_is_checked(monkeypatch):
         blas.library_name()
 
 
+def test_another_intel_runtime_in_the_process_keeps_gruc_off_mkl():
+    ours = "/venv/lib"
+    maps = ("7f00-7f10 r-xp 00000000 08:01 12 /venv/lib/libmkl_rt.so.3\n"
+            "7f20-7f30 r-xp 00000000 08:01 13 /venv/lib/libiomp5.so\n"
+            "7f40-7f50 rw-p 00000000 00:00 0 \n"
+            "7f60-7f70 r-xp 00000000 08:01 14 /usr/lib/libm.so.6\n")
+    assert blas.foreign_intel_runtime(maps, ours) is None
+    conda = "7f80-7f90 r-xp 00000000 08:01 15 /opt/conda/lib/libiomp5.so\n"
+    assert blas.foreign_intel_runtime(maps + conda, ours) == "/opt/conda/lib/libiomp5.so"
+
+
 def recurrence(steps: int, rows: int, width: int):
     """``h = 0.5 * (h @ w)``, ``steps`` times: the weights a loop multiplies by on every step."""
     g = Graph(Target.custom(tiles_per_ipu=16))
