@@ -14,13 +14,13 @@ A's columns and B's rows of that k block, so the engine gathers A and B once fro
 (runs of consecutive addresses copied by compiled loops), computes every k block's partials with
 one BLAS call per block (:mod:`gruc.runtime.blas`: MKL where installed, else ``numpy.matmul``
 over ``[g, Pk]``), and scatters them to their tiles — the same sums as the definition, at BLAS
-speed.  It does not fill ``received``
-(nothing reads it).  Half data is moved as raw 16-bit words and converted by numpy, since numba
-cannot load float16.  When the executable shows that a step's float partials are read only by the
-reduction in the very next step, the two are fused (:func:`_prepare_partials`): one BLAS call
-over all of k, the output written directly, the partials never scattered nor gathered.  An operand
-that provably did not change since the step last gathered it (the weights, in an RNN loop) is not
-gathered again, nor, with MKL, re-packed for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`).
+speed.  It does not fill ``received`` (nothing reads it).  Half data is moved as raw 16-bit words
+and converted by numpy, since numba cannot load float16.  When the executable shows that a step's
+float partials are read only by the reduction in the very next step, the two are fused
+(:func:`_prepare_partials`): one BLAS call over all of k, the output written directly, the
+partials never scattered nor gathered.  An operand that provably did not change since the step
+last gathered it (the weights, in an RNN loop) is not gathered again, nor, with MKL, packed again
+for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`).
 A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
 rate (see ``_kept_accumulation``).
@@ -257,12 +257,18 @@ class _Operands:
 
     def gather(self, memory: DeviceMemory) -> bool:
         """Both operands as they are now; True if ``b`` was read again (it may have changed)."""
-        read = False
-        for transfer, unchanged, host in self.moves:
-            read = not unchanged(memory)
-            if read:
-                transfer.read(memory, host)
-        return read
+        a_move, b_move = self.moves
+        self._move(memory, *a_move)
+        return self._move(memory, *b_move)
+
+    @staticmethod
+    def _move(memory: DeviceMemory, transfer: "Transfer", unchanged: Unchanged,
+              host: np.ndarray) -> bool:
+        """Reads one operand into ``host`` unless it is unchanged; True if it was read."""
+        if unchanged(memory):
+            return False
+        transfer.read(memory, host)
+        return True
 
 
 def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
