@@ -13,11 +13,15 @@ library to the other in the last bits, as they do between BLAS builds.
 Every product must have the same bits whenever it is taken — a layer split into time shards
 must give the unsplit layer's results bit for bit (SPEC G2).  MKL is put in its strict
 reproducible mode (``MKL_CBWR_Set(AUTO | STRICT)``: the same bits whatever the threads and the
-alignment of the arrays; measured here, no slower), and a step's weights are always multiplied
-packed: a packed and a plain product of 32x1536 by 1536x512 round differently otherwise.
+alignment of the arrays; measured here, no slower).  Without it a packed and a plain product of
+32x1536 by 1536x512 round differently, and a shard's first step would not have matched the
+unsharded layer's.  A step's weights are also always multiplied packed, whether or not they just
+changed, so no product's bits depend on when its weights were last written.
 
-One library for every product of a run: two BLAS thread pools in one process take turns badly
-(each spins on the cores after a call; a numpy product interleaved with MKL ones ran 3x slower).
+Every product that runs on both cores goes to the one library: two BLAS thread pools in one
+process take turns badly (each spins on the cores after a call; a numpy product interleaved with
+MKL ones ran 3x slower).  Small products (:data:`SMALL_PRODUCT`) stay numpy's: OpenBLAS takes
+them on the calling thread.
 MKL's OpenMP workers spin 200 ms after each call by default, which would steal the cores from
 whatever runs next (torch, in the benchmark); gruc sets ``KMP_BLOCKTIME=1`` (1 ms: longer than the
 gaps between the products of a step) unless the environment sets it, before MKL starts.
@@ -78,6 +82,7 @@ def foreign_intel_runtime(maps: str, ours: str) -> str | None:
 
 
 def _process_maps() -> str:
+    """The shared objects and other mappings of this process, as Linux lists them."""
     try:
         with open("/proc/self/maps") as maps:
             return maps.read()
@@ -217,9 +222,10 @@ class WeightsProduct:
             np.matmul(self.a, self.b, out=self.out)
             return
         mkl, (M, N, K) = _mkl(), self._sizes
+        pack = b_changed or self.packs == 0
         for a, b, out, packed in self._groups:
-            if b_changed or not self.packs:
+            if pack:
                 mkl.cblas_sgemm_pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, M, N, K, 1.0, b, N, packed)
             mkl.cblas_sgemm_compute(_ROW_MAJOR, _NO_TRANS, _PACKED, M, N, K, a, K, packed, N, 0.0,
                                     out, N)
-        self.packs += b_changed or not self.packs
+        self.packs += pack
