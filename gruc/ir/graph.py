@@ -96,13 +96,14 @@ def to_storage(values: np.ndarray, dtype: DType, what: str) -> np.ndarray:
 
 
 def _tile_table(size: int) -> np.ndarray:
-    """An uninitialised int32 array of ``size`` for the tile table, in ordinary pages.
+    """An int32 array of ``size`` for the tile table (zeros, no page touched yet), in ordinary
+    pages.
 
     numpy asks the kernel for huge pages for every array over 4 MB, and where the kernel must
     compact memory to find one (``defrag=madvise``, as on this project's machines) a huge page's
     first touch costs 2-3 ms: a long sequence's table (hundreds of MB, written once, front to
     back) took 3-4 s of a 7 s build at S=2,000, and 0.3 s in ordinary pages.  An anonymous
-    private map is never given huge pages unless asked."""
+    private map gets huge pages only if asked (or where the kernel gives them to every map)."""
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     memory = mmap.mmap(-1, max(size, 1) * 4, **({"flags": flags} if flags else {}))
     return np.frombuffer(memory, dtype=np.int32)[:size]
