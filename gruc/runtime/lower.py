@@ -91,16 +91,14 @@ class Operand:
             positions = np.flatnonzero(np.diff(index, prepend=index[:1] - 2) != 1)
             return positions, index[positions]
         positions, firsts = self._resolve_runs()
-        if self._checks:
+        if any(getattr(check, "runs", None) is None for check in self._checks):
+            self.index  # noqa: B018  (a check that cannot take runs: all run on the index)
+        elif self._checks:
             lengths = np.empty_like(positions)
             lengths[:-1] = positions[1:] - positions[:-1]
             lengths[-1:] = math.prod(self.shape) - positions[-1:]
-            for check in list(self._checks):
-                runs = getattr(check, "runs", None)
-                if runs is None:
-                    self.index  # noqa: B018  (resolving runs every check on the index)
-                else:
-                    runs(self, firsts, lengths)
+            for check in self._checks:
+                check.runs(self, firsts, lengths)
             self._checks = []
         return positions, firsts
 
