@@ -183,6 +183,9 @@ class Unchanged:
         writers = [s for s, written in enumerate(executable.step_writes) if written & variables
                    and s not in kept_by]
         self.enabled = reading_step not in writers
+        self.only_the_host_writes = self.enabled and not writers
+        """Whether no step writes the operand (a bias, or weights outside a weight update): it
+        changes only when the host writes it."""
         self.writers = np.array(writers, dtype=np.int64)
         self.step_counts = step_counts
         self.seen: tuple[int, int, int] | None = None

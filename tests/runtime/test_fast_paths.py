@@ -14,6 +14,7 @@ from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target, Tile
 from gruc.ir.expr import _1, _2, _3, Const, sigmoid, tanh
 from gruc.ops import map_in_place, map_with_output
 from gruc.runtime.codelets.elementwise import _staged as STAGED
+from gruc.runtime.codelets.elementwise import _staging_order as STAGING_ORDER
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
 from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
@@ -245,6 +246,87 @@ def test_operands_with_misaligned_runs_are_staged_on_their_own_runs(rng, monkeyp
     np.testing.assert_array_equal(results[1], results[0])
     x32, w32 = values["x"][:, 3:13].astype(np.float32), values["w"].astype(np.float32)
     np.testing.assert_array_equal(results[1], x32 * w32 + w32)
+
+
+def _block_mapped(g: Graph, name: str) -> "Tensor":
+    """An ``[8, 32]`` variable whose tiles each hold a ``[2, 8]`` block: 16 consecutive addresses
+    that are two runs in flat order."""
+    tensor = g.add_variable(FLOAT, (8, 32), name)
+    rows, columns = np.indices((8, 32))
+    g.set_tile_mapping(tensor, TileMapping.from_element_tiles(rows // 2 * 4 + columns // 8))
+    return tensor
+
+
+def test_staging_follows_the_output_addresses_when_that_leaves_fewer_runs(rng, monkeypatch):
+    """Output and one operand in ``[2, 8]`` blocks per tile, the other operand a slice of a row-mapped tensor:
+    staged in the output's address order (one run per block, not two), same values."""
+    from gruc.runtime.codelets import elementwise
+
+    orders = []
+    monkeypatch.setattr(elementwise, "_staging_order",
+                        lambda *args: orders.append(STAGING_ORDER(*args)) or orders[-1])
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (8, 96), "x")
+    g.map_tensor_linearly(x)
+    w, result = _block_mapped(g, "w"), _block_mapped(g, "result")
+    program = Sequence()
+    map_with_output(g, sigmoid(_1 + _2), [x[:, 1:33], w], result, program)
+    for name, tensor in (("x", x), ("w", w)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("result", result)
+    values = {"x": rng.uniform(-4, 4, (8, 96)), "w": rng.uniform(-4, 4, (8, 32))}
+    results = []
+    for engine in engines(g, program):
+        for name, value in values.items():
+            engine.write_tensor(name, value)
+        engine.run(0)
+        results.append(engine.read_tensor("result"))
+    (order,) = orders
+    flat = np.arange(8 * 32)
+    assert not np.array_equal(order, flat)
+    index = engine.executable.host_reads["result"].index.reshape(-1)
+    runs = [1 + np.count_nonzero(np.diff(index[o]) != 1) for o in (order, flat)]
+    assert runs == [16, 32]
+    np.testing.assert_allclose(results[1], results[0], rtol=2e-6, atol=2e-7)
+
+
+@pytest.mark.parametrize("bias_written_by", ["host", "loop"])
+def test_a_staged_operand_is_copied_again_only_when_it_may_have_changed(bias_written_by, rng,
+                                                                        monkeypatch):
+    """A staged sigmoid in a loop reads a bias no step writes (kept after the first iteration)
+    and a state a step rewrites every iteration; the host then writes a new bias.  With the loop
+    rewriting the bias too, it is copied on every iteration.  Both engines agree throughout."""
+    from gruc.runtime import kernels
+
+    answers = []
+    ask = kernels.Unchanged.__call__
+    monkeypatch.setattr(kernels.Unchanged, "__call__",
+                        lambda self, memory: answers.append(ask(self, memory)) or answers[-1])
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (8, 96), "x")
+    g.map_tensor_linearly(x)
+    bias, result = _block_mapped(g, "bias"), _block_mapped(g, "result")
+    body = Sequence()
+    map_with_output(g, sigmoid(_1 + _2), [x[:, 1:33], bias], result, body)
+    map_in_place(g, _1 * Const(0.5) + Const(1.0), [x], body)
+    if bias_written_by == "loop":
+        map_in_place(g, _1 * Const(-1.0), [bias], body)
+    for name, tensor in (("x", x), ("bias", bias)):
+        g.create_host_write(name, tensor)
+    g.create_host_read("result", result)
+    start, results = rng.uniform(-4, 4, (8, 96)), []
+    for engine in engines(g, Sequence(Repeat(3, body))):
+        engine.write_tensor("x", start)
+        outputs = []
+        for run in range(2):
+            engine.write_tensor("bias", np.full((8, 32), 2.0 * run - 1.0))
+            engine.run(0)
+            outputs.append(engine.read_tensor("result"))
+        results.append(outputs)
+    for numba_output, numpy_output in zip(results[1], results[0]):
+        np.testing.assert_allclose(numba_output, numpy_output, rtol=2e-6, atol=2e-7)
+    kept = answers.count(True)
+    assert kept == (4 if bias_written_by == "host" else 0)  # iterations 2 and 3 of each run
 
 
 def test_copies_as_runs_and_overlapping_copies(rng):

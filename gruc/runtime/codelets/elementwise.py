@@ -5,23 +5,27 @@ gathered operands.  numba: one generated kernel per expression, type signature a
 a single loop that loads each operand, evaluates the whole tree on scalars (each node converted to
 its compute type, transcendentals from :mod:`gruc.runtime.fastmath`) and stores the result, with
 no temporaries — except where a transcendental meets runs of a few elements, whose operands are
-first staged into contiguous arrays (:func:`staged_kernel_source`).  Vertices touching HALF data
-run on numpy, since numba cannot load float16 on a CPU.
+first staged into contiguous arrays (:func:`staged_kernel_source`), in the element order that
+leaves the fewest runs, an operand copied again only if it may have changed since (a bias is
+copied once).  Maps are prepared by an executable hook, which knows each vertex's step.  Vertices
+touching HALF data run on numpy, since numba cannot load float16 on a CPU.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
 from gruc.ir import expr as ex
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import cycle_estimator, elementwise_cycles
-from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
-from gruc.runtime.kernels import (KERNEL_HEADER, SEGMENT_MIN_AVERAGE, find_segments, load_kernel,
-                                  numba_vertex, runs_by_address, streams)
-from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.runtime.interp import NUMPY_VERTICES, Prepared, RunHooks, numpy_vertex
+from gruc.runtime.kernels import (KERNEL_HEADER, SEGMENT_MIN_AVERAGE, Unchanged, find_segments,
+                                  load_kernel, numba_executable_hook, runs_by_address, streams)
+from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
 
@@ -185,13 +189,41 @@ def _run_table(index: np.ndarray) -> np.ndarray:
     return np.stack(runs_by_address(index)).astype(np.int64)
 
 
-def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...]) -> Prepared | None:
+def _run_count(index: np.ndarray) -> int:
+    return 1 + int(np.count_nonzero(np.diff(index) != 1)) if len(index) else 0
+
+
+def _staging_order(out: Operand, moving: list[Operand]) -> np.ndarray:
+    """The order in which the elements are staged: the flat order, or the address order of the
+    output or of one moving operand, whichever leaves the fewest runs to copy.
+
+    A tile holding a ``[2, 16]`` block of a ``[32, 1024]`` output keeps it in 32 consecutive
+    addresses, but in flat order it is two runs (one per row), each a cache line or two apart
+    from anything the loop copies next; in the output's address order it is one run, and so is
+    every operand laid out the same way.  The expression is elementwise and the kernel reads
+    everything before writing, so any order computes the same values."""
+    flat = [op.index.reshape(-1) for op in (out, *moving)]
+    orders = [np.arange(len(flat[0]), dtype=np.int64)]
+    orders += [np.argsort(index, kind="stable") for index in flat]
+    costs = [sum(_run_count(index[order]) for index in flat) for order in orders]
+    return orders[int(np.argmin(costs))]
+
+
+def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...],
+            unchanged: Callable[[Operand], Unchanged]) -> Prepared | None:
     """The kernel of :func:`staged_kernel_source` with its run tables and staging arrays; None
-    if the operands' own runs are too short to pay (scattered element by element)."""
+    if the operands' own runs are too short to pay (scattered element by element).
+
+    An operand that cannot have changed since the step last staged it (``unchanged``: a bias, the
+    weights of a loop) is not copied again: its staging array, which only this kernel writes,
+    still holds it."""
     streaming = [streams(op.index) for op in operands]
-    tables = [_run_table(op.index if moves else op.index.reshape(-1)[:1])
+    kept = [unchanged(op) if moves else None for op, moves in zip(operands, streaming)]
+    order = _staging_order(out, [op for op, moves, keep in zip(operands, streaming, kept)
+                                 if moves and not keep.only_the_host_writes])
+    tables = [_run_table(op.index.reshape(-1)[order] if moves else op.index.reshape(-1)[:1])
               for op, moves in zip(operands, streaming)]
-    out_runs = _run_table(out.index)
+    out_runs = _run_table(out.index.reshape(-1)[order])
     moved = [out_runs] + [table for table, moves in zip(tables, streaming) if moves]
     if sum(table.shape[1] for table in moved) * SEGMENT_MIN_AVERAGE > len(moved) * out.index.size:
         return None
@@ -200,19 +232,18 @@ def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...]) ->
     y = np.empty(out.index.size, out.dtype.storage)
     staging = [np.empty(len(y) if moves else 0, op.dtype.storage)
                for op, moves in zip(operands, streaming)]
+    nothing = np.zeros((3, 0), np.int64)
 
     def run(memory: DeviceMemory) -> None:
         args = []
-        for op, table in zip(operands, tables):
-            args += [memory.view(op.dtype), table]
+        for op, table, keep in zip(operands, tables, kept):
+            args += [memory.view(op.dtype), nothing if keep and keep(memory) else table]
         kernel(memory.view(out.dtype), out_runs, *args, y, *staging)
 
     return run
 
 
-@numba_vertex("Map")
-@numba_vertex("MapInPlace")
-def _numba_map(vertex: LoweredVertex) -> Prepared:
+def _numba_map(vertex: LoweredVertex, unchanged: Callable[[Operand], Unchanged]) -> Prepared:
     out, operands = _operands(vertex)
     if out.dtype is HALF or any(op.dtype is HALF for op in operands):
         return NUMPY_VERTICES[vertex.kind](vertex)
@@ -221,7 +252,7 @@ def _numba_map(vertex: LoweredVertex) -> Prepared:
     segments = find_segments(out.index, [op.index for op in operands])
     short = segments is None or (len(segments.lengths) * STAGED_BELOW > len(out.index)
                                  and _expensive(expression))
-    staged = _staged(expression, out, operands) if short and out.index.size else None
+    staged = _staged(expression, out, operands, unchanged) if short and out.index.size else None
     if staged is not None:
         return staged
     if segments is None:
@@ -246,6 +277,22 @@ def _numba_map(vertex: LoweredVertex) -> Prepared:
         kernel(memory.view(out.dtype), segments.out_base, *args, segments.lengths)
 
     return run
+
+
+@numba_executable_hook
+def _prepare_maps(executable: Executable, hooks: RunHooks) -> dict[int, Prepared]:
+    """Every ``Map`` and ``MapInPlace`` vertex, told how to ask whether an operand may have
+    changed since its step last read it (:class:`~gruc.runtime.kernels.Unchanged`)."""
+    prepared: dict[int, Prepared] = {}
+    for leaf in executable.leaves:
+        if not isinstance(leaf, ExecuteStep):
+            continue
+        unchanged = partial(Unchanged, executable=executable, step_counts=hooks.step_counts,
+                            reading_step=leaf.step)
+        for vertex in leaf.vertices:
+            if vertex.kind in ("Map", "MapInPlace"):
+                prepared[id(vertex)] = _numba_map(vertex, unchanged)
+    return prepared
 
 
 # ---- cycles -----------------------------------------------------------------------------------
