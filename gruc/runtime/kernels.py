@@ -201,6 +201,59 @@ class Unchanged:
         return False
 
 
+class HostCopy:
+    """The host array that last received an operand's values (its elements in flat order), and
+    whether tile memory may have changed them since: a later step reading the very same elements
+    copies that array instead of gathering them from thousands of tiles again (a backward step's
+    gate gradients are the input-gradient product's ``a`` and the weight-gradient product's
+    ``b``).  Changes are told as :class:`Unchanged` tells them: the host's writes, and executions
+    of the steps that write or kill one of the operand's variables."""
+
+    def __init__(self, writers: np.ndarray, step_counts: np.ndarray) -> None:
+        self.writers = writers
+        self.step_counts = step_counts
+        self.array: np.ndarray | None = None
+        self._seen: tuple[int, int, int] | None = None
+
+    def _now(self, memory) -> tuple[int, int, int]:
+        return id(memory), memory.host_writes, int(self.step_counts[self.writers].sum())
+
+    def hold(self, memory, array: np.ndarray) -> None:
+        """``array`` holds the operand's values as tile memory has them now, and keeps them:
+        only the caller writes it, and only when it receives the operand again."""
+        self.array, self._seen = array, self._now(memory)
+
+    def fresh(self, memory) -> np.ndarray | None:
+        """The held array if the operand cannot have changed since it was filled, else None."""
+        if self.array is None or self._now(memory) != self._seen:
+            return None
+        return self.array
+
+
+class HostCopies:
+    """One :class:`HostCopy` per distinct operand (same type, same elements in the same order)
+    of an executable."""
+
+    def __init__(self, executable, step_counts: np.ndarray) -> None:
+        self.executable = executable
+        self.step_counts = step_counts
+        self._copies: dict[tuple[str, bytes], list[tuple[np.ndarray, HostCopy]]] = {}
+
+    def of(self, operand) -> HostCopy:
+        index = operand.index.reshape(-1)
+        key = (operand.dtype.name, hashlib.sha1(index.tobytes()).digest())
+        same = self._copies.setdefault(key, [])
+        for known, copy in same:
+            if np.array_equal(known, index):
+                return copy
+        variables = frozenset(v.index for v in operand.tensor.variables())
+        writers = [s for s, written in enumerate(self.executable.step_writes)
+                   if written & variables]
+        copy = HostCopy(np.array(writers, dtype=np.int64), self.step_counts)
+        same.append((index, copy))
+        return copy
+
+
 @njit(cache=True, nogil=True)
 def _copy_runs(data, sources, targets, lengths):  # pragma: no cover (compiled)
     for s in range(sources.shape[0]):

@@ -16,7 +16,8 @@ from gruc.ops import map_in_place, map_with_output
 from gruc.runtime.codelets.elementwise import _staged as STAGED
 from gruc.runtime.codelets.elementwise import _staging_order as STAGING_ORDER
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
-from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul_acc
+from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul,
+                              mat_mul_acc)
 from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
 from gruc.runtime.kernels import runs_by_address
 
@@ -90,6 +91,49 @@ def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, s
     # float32 sums of ``steps`` products, taken in different orders, drift apart with ``steps``
     for numpy_run, numba_run in zip(*results):
         np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6 * steps, atol=1e-6 * steps)
+
+
+@pytest.mark.parametrize("between", ["nothing", "rewrite"])
+def test_an_operand_two_products_read_is_gathered_once_while_it_cannot_change(between, rng,
+                                                                              monkeypatch):
+    """``y = x @ w``, then ``z = v @ x``, then ``x += 1``, in a loop: the second product copies
+    ``x`` from the host array the first gathered it into — unless a step rewrites ``x`` between
+    the two, when it must gather again."""
+    from gruc.runtime.codelets import matmul
+
+    gathered = []
+    read = matmul.Transfer.read
+    monkeypatch.setattr(matmul.Transfer, "read", lambda self, memory, into: (
+        gathered.append(self.index.size), read(self, memory, into))[1])
+    g = Graph(T16)
+    x = create_mat_mul_input_lhs(g, FLOAT, (8, 12), (12, 10), "x")
+    w = create_mat_mul_input_rhs(g, FLOAT, (8, 12), (12, 10), "w")
+    v = create_mat_mul_input_lhs(g, FLOAT, (6, 8), (8, 12), "v")
+    body = Sequence()
+    y = mat_mul(g, x, w, body)
+    if between == "rewrite":
+        map_in_place(g, _1 * Const(0.5), [x], body)
+    z = mat_mul(g, v, x, body)
+    map_in_place(g, _1 + Const(1.0), [x], body)
+    for name, tensor in (("x", x), ("w", w), ("v", v)):
+        g.create_host_write(name, tensor)
+    for name, tensor in (("y", y), ("z", z)):
+        g.create_host_read(name, tensor)
+    values = {"x": rng.uniform(-1, 1, (8, 12)), "w": rng.uniform(-1, 1, (12, 10)),
+              "v": rng.uniform(-1, 1, (6, 8))}
+    x_now = values["x"]
+    for _ in range(3):
+        y_expected = x_now @ values["w"]
+        x_now = 0.5 * x_now if between == "rewrite" else x_now
+        z_expected, x_now = values["v"] @ x_now, x_now + 1
+    for engine in engines(g, Sequence(Repeat(3, body))):
+        gathered.clear()
+        for name, value in values.items():
+            engine.write_tensor(name, value)
+        engine.run(0)
+        np.testing.assert_allclose(engine.read_tensor("y"), y_expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(engine.read_tensor("z"), z_expected, rtol=1e-5, atol=1e-5)
+    assert gathered.count(x.num_elements) == (6 if between == "rewrite" else 3)
 
 
 def test_grouped_windows_with_scattered_rows_match_the_definition(rng):

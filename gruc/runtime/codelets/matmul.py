@@ -20,7 +20,8 @@ float partials are read only by the reduction in the very next step, the two are
 (:func:`_prepare_partials`): one BLAS call over all of k, the output written directly, the
 partials never scattered nor gathered.  An operand that provably did not change since the step
 last gathered it (the weights, in an RNN loop) is not gathered again, nor, with MKL, packed again
-for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`).
+for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`); one that another product step gathered
+since it last changed is copied from that step's host array (:class:`SharedRead`).
 A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
 rate (see ``_kept_accumulation``).
@@ -48,8 +49,8 @@ from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementw
                                exchange_estimator)
 from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
-from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, Unchanged, numba_executable_hook,
-                                  numba_vertex, runs_by_address)
+from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, HostCopies, Unchanged,
+                                  numba_executable_hook, numba_vertex, runs_by_address)
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
                                 Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
 from gruc.target import Target
@@ -243,15 +244,39 @@ class Transfer:
             _add_scaled_index(data, self.index, self.host, flat, factor)
 
 
+class SharedRead:
+    """Reads an operand into a host array: from the host array another step last filled with it,
+    when that cannot be stale (:class:`~gruc.runtime.kernels.HostCopy`), else from tile memory.
+    With ``offer``, the array read into is held for later readers: it must be one only this
+    reader writes."""
+
+    def __init__(self, operand: Operand, copies: HostCopies, *, offer: bool) -> None:
+        self.transfer = Transfer(operand)
+        self.copy = copies.of(operand)
+        self.offer = offer
+
+    def __call__(self, memory: DeviceMemory, into: np.ndarray) -> None:
+        held = self.copy.fresh(memory)
+        if held is into:
+            return
+        if held is not None:
+            np.copyto(into.reshape(-1), held.reshape(-1))
+        else:
+            self.transfer.read(memory, into)
+        if self.offer:
+            self.copy.hold(memory, into)
+
+
 class _Operands:
-    """A partials vertex's ``a`` and ``b`` gathered into host arrays, each gathered again only if
-    it may have changed since the last step read it (:class:`~gruc.runtime.kernels.Unchanged`)."""
+    """A partials vertex's ``a`` and ``b`` read into host arrays (:class:`SharedRead`), each read
+    again only if it may have changed since the last step read it
+    (:class:`~gruc.runtime.kernels.Unchanged`)."""
 
     def __init__(self, vertex: LoweredVertex, step: int, executable: Executable,
-                 step_counts: np.ndarray) -> None:
+                 step_counts: np.ndarray, copies: HostCopies) -> None:
         G, M, K, N = blocking_of(vertex.vertex).shape
         self.a, self.b = np.empty((G, M, K), F32), np.empty((G, K, N), F32)
-        self.moves = [(Transfer(vertex.fields[name]),
+        self.moves = [(SharedRead(vertex.fields[name], copies, offer=True),
                        Unchanged(vertex.fields[name], executable, step_counts, step), host)
                       for name, host in (("a", self.a), ("b", self.b))]
 
@@ -262,12 +287,12 @@ class _Operands:
         return self._move(memory, *b_move)
 
     @staticmethod
-    def _move(memory: DeviceMemory, transfer: "Transfer", unchanged: Unchanged,
+    def _move(memory: DeviceMemory, read: SharedRead, unchanged: Unchanged,
               host: np.ndarray) -> bool:
         """Reads one operand into ``host`` unless it is unchanged; True if it was read."""
         if unchanged(memory):
             return False
-        transfer.read(memory, host)
+        read(memory, host)
         return True
 
 
@@ -523,11 +548,12 @@ class _DeferredProducts:
         self.count = 0
         self.library = library_name()
 
-    def readers(self, producer: LoweredVertex) -> dict[str, Callable]:
-        """The ``gather`` keywords reading a partials vertex's operands into the stacks."""
+    def readers(self, producer: LoweredVertex, copies: HostCopies) -> dict[str, Callable]:
+        """The ``gather`` keywords reading a partials vertex's operands into the stacks (a slot
+        of a stack is overwritten later: it is not offered to other readers)."""
         G, M, K, _ = self.shape
         return {"a_in": _transposed_reader(producer.fields["a"], G, M, K),
-                "b_in": Transfer(producer.fields["b"]).read}
+                "b_in": SharedRead(producer.fields["b"], copies, offer=False)}
 
     def gather(self, memory: DeviceMemory, a_in: Callable, b_in: Callable) -> None:
         """A partials step: its operands, as they are now."""
@@ -583,8 +609,8 @@ def _same_accumulator(pairs: list[_Pair]) -> list[list[_Pair]]:
     return groups
 
 
-def _kept_accumulation(members: list[_Pair], executable: Executable,
-                       hooks: RunHooks) -> dict[int, Prepared]:
+def _kept_accumulation(members: list[_Pair], executable: Executable, hooks: RunHooks,
+                       copies: HostCopies) -> dict[int, Prepared]:
     """The partials and reduction callables of the ``members`` (accumulating into the same
     bytes), kept on the host between write-backs; empty if they cannot be kept."""
     out = _reduce_parts(members[0][1])[0]
@@ -625,7 +651,7 @@ def _kept_accumulation(members: list[_Pair], executable: Executable,
     hooks.after_run.append(write_back)
     prepared: dict[int, Prepared] = {}
     for producer, consumer, _ in members:
-        prepared[id(producer)] = partial(deferred.gather, **deferred.readers(producer))
+        prepared[id(producer)] = partial(deferred.gather, **deferred.readers(producer, copies))
         prepared[id(consumer)] = reduction(consumer)
     return prepared
 
@@ -640,8 +666,9 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
     accumulating = [(producer, consumer, steps[id(consumer)]) for producer, consumer in pairs
                     if consumer.kind == "MatMulReduceAcc"]
     prepared: dict[int, Prepared] = {}
+    copies = HostCopies(executable, hooks.step_counts)
     for members in _same_accumulator(accumulating):
-        prepared.update(_kept_accumulation(members, executable, hooks))
+        prepared.update(_kept_accumulation(members, executable, hooks, copies))
     for leaf in executable.leaves:
         if not isinstance(leaf, ExecuteStep):
             continue
@@ -649,7 +676,7 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
             if vertex.kind != "MatMulPartials" or id(vertex) in prepared:
                 continue
             consumer = fused.get(id(vertex))
-            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts)
+            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts, copies)
             if consumer is None:
                 prepared[id(vertex)] = _partials(vertex, operands)
                 continue
