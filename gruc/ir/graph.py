@@ -156,8 +156,8 @@ class Graph:
     def clone(self, tensor: Tensor, name: str = "") -> Variable:
         """A new variable shaped, typed and mapped like ``tensor`` (Poplar ``clone``)."""
         copy = self.add_variable(tensor.dtype, tensor.shape, name)
-        self._tile_of_id[copy.first_id:copy.first_id + copy.num_elements] = \
-            self._tile_of_id[tensor.flat_ids()]
+        copy_tiles = self._tile_of_id[copy.first_id:copy.first_id + copy.num_elements]
+        copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # ids not listed
         return copy
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,

@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Collection
 
@@ -162,6 +163,17 @@ def runs_by_address(index: np.ndarray, host: np.ndarray | None = None, *,
             lengths[order].astype(np.uint64))
 
 
+def write_counter(step_counts: np.ndarray, writers: np.ndarray) -> Callable[[], int]:
+    """How many times the ``writers`` steps have run so far, as cheaply as their number allows:
+    it is asked before every read of an operand a kernel may keep, so it must cost far less than
+    the read."""
+    if len(writers) == 0:
+        return lambda: 0
+    if len(writers) == 1:
+        return partial(step_counts.item, int(writers[0]))
+    return lambda: int(step_counts[writers].sum())
+
+
 class Unchanged:
     """Tells whether an operand a step reads can have changed since that step last read it, so a
     kernel may keep its gathered host copy (the weights an RNN step multiplies by, gathered from
@@ -188,13 +200,14 @@ class Unchanged:
         changes only when the host writes it."""
         self.writers = np.array(writers, dtype=np.int64)
         self.step_counts = step_counts
+        self.writes = write_counter(step_counts, self.writers)
         self.seen: tuple[int, int, int] | None = None
 
     def __call__(self, memory) -> bool:
         """True if nothing changed since the last call (which is then not counted as a read)."""
         if not self.enabled:
             return False
-        now = (id(memory), memory.host_writes, int(self.step_counts[self.writers].sum()))
+        now = (id(memory), memory.host_writes, self.writes())
         if now == self.seen:
             return True
         self.seen = now
@@ -210,24 +223,24 @@ class HostCopy:
     of the steps that write or kill one of the operand's variables."""
 
     def __init__(self, writers: np.ndarray, step_counts: np.ndarray) -> None:
-        self.writers = writers
-        self.step_counts = step_counts
+        self.writes = write_counter(step_counts, writers)
         self.array: np.ndarray | None = None
         self._seen: tuple[int, int, int] | None = None
 
     def _now(self, memory) -> tuple[int, int, int]:
-        return id(memory), memory.host_writes, int(self.step_counts[self.writers].sum())
+        return id(memory), memory.host_writes, self.writes()
 
-    def hold(self, memory, array: np.ndarray) -> None:
-        """``array`` holds the operand's values as tile memory has them now, and keeps them:
-        only the caller writes it, and only when it receives the operand again."""
-        self.array, self._seen = array, self._now(memory)
-
-    def fresh(self, memory) -> np.ndarray | None:
-        """The held array if the operand cannot have changed since it was filled, else None."""
-        if self.array is None or self._now(memory) != self._seen:
-            return None
-        return self.array
+    def take(self, memory, into: np.ndarray, gather: Callable, *, offer: bool) -> None:
+        """``into`` = the operand's values: copied from the held array if it cannot be stale,
+        else ``gather(memory, into)`` from tile memory.  With ``offer``, ``into`` is held next:
+        it must be an array only the caller writes, and only when it takes the operand again."""
+        now = self._now(memory)
+        if self.array is None or now != self._seen:
+            gather(memory, into)
+        elif self.array is not into:
+            np.copyto(into.reshape(-1), self.array.reshape(-1))
+        if offer:
+            self.array, self._seen = into, now
 
 
 class HostCopies:

@@ -256,15 +256,7 @@ class SharedRead:
         self.offer = offer
 
     def __call__(self, memory: DeviceMemory, into: np.ndarray) -> None:
-        held = self.copy.fresh(memory)
-        if held is into:
-            return
-        if held is not None:
-            np.copyto(into.reshape(-1), held.reshape(-1))
-        else:
-            self.transfer.read(memory, into)
-        if self.offer:
-            self.copy.hold(memory, into)
+        self.copy.take(memory, into, self.transfer.read, offer=self.offer)
 
 
 class _Operands:
