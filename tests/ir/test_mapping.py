@@ -209,3 +209,42 @@ def test_host_stream_names_are_unique():
     g.create_host_write("x", x)
     with pytest.raises(GrucError, match="already exists"):
         g.create_host_write("x", x)
+
+
+@pytest.mark.parametrize("reserve", ["granted", "refused"])
+@pytest.mark.parametrize("prefault", ["done", "refused"])
+def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monkeypatch):
+    """Variables added until the tile table outgrows its first allocation, with the address
+    space reservation granted or refused (strict overcommit: the table then grows by doubling,
+    copying what it holds) and the one-call page faulting done or refused (an older kernel):
+    every variable keeps its own mapping, and new ones start unmapped."""
+    import mmap
+
+    from gruc.ir import graph as graph_module
+
+    monkeypatch.setattr(graph_module, "TABLE_RESERVE", 5000)
+    monkeypatch.setattr(graph_module, "PREFAULT_BYTES", 1)
+    real_mmap = mmap.mmap
+
+    class Mapped(real_mmap):
+        def __new__(cls, fileno, length, **kwargs):
+            if reserve == "refused" and kwargs.get("flags", 0) & graph_module._MAP_NORESERVE:
+                raise OSError("reservation refused")
+            return real_mmap.__new__(cls, fileno, length, **kwargs)
+
+        def madvise(self, *args):
+            if prefault == "refused":
+                raise OSError("EINVAL")
+            return super().madvise(*args)
+
+    monkeypatch.setattr(graph_module.mmap, "mmap", Mapped)
+    g = Graph(T16)
+    variables = []
+    for k in range(12):
+        v = g.add_variable(FLOAT, (700 + k,), f"v{k}")
+        assert not g.is_fully_mapped(v)
+        g.set_tile_mapping(v, TileMapping.from_element_tiles((np.arange(700 + k) + k) % 16))
+        variables.append(v)
+    for k, v in enumerate(variables):
+        np.testing.assert_array_equal(g.element_tiles(v), (np.arange(700 + k) + k) % 16)
+    assert len(g._tile_of_id) >= g._num_ids > 5000
