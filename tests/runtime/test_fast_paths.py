@@ -13,11 +13,10 @@ import pytest
 from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target, TileMapping
 from gruc.ir.expr import _1, _2, _3, Const, sigmoid, tanh
 from gruc.ops import map_in_place, map_with_output
-from gruc.runtime.codelets.elementwise import _staged as STAGED
-from gruc.runtime.codelets.elementwise import _staging_order as STAGING_ORDER
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul,
                               mat_mul_acc)
+from gruc.runtime.codelets import elementwise
 from gruc.runtime.codelets.dynamic import _move_rows as MOVE_ROWS
 from gruc.runtime.kernels import runs_by_address
 
@@ -26,6 +25,28 @@ T16 = Target.custom(tiles_per_ipu=16)
 
 def engines(graph, program):
     return [Engine(graph, program, backend=backend) for backend in ("numpy", "numba")]
+
+
+def spied(monkeypatch, module, name: str) -> list:
+    """Every result of ``module.<name>`` from now on (it still runs and returns them)."""
+    real, seen = getattr(module, name), []
+    monkeypatch.setattr(module, name, lambda *args: seen.append(real(*args)) or seen[-1])
+    return seen
+
+
+def results_of_both(graph, program, written, values, result):
+    """``result`` as each engine (numpy, then numba) leaves it after the host writes ``values``
+    into the ``written`` tensors (by name) and runs ``program``; and the numba engine."""
+    for name, tensor in written.items():
+        graph.create_host_write(name, tensor)
+    graph.create_host_read("result", result)
+    results = []
+    for engine in engines(graph, program):
+        for name, value in values.items():
+            engine.write_tensor(name, value)
+        engine.run(0)
+        results.append(engine.read_tensor("result"))
+    return results, engine
 
 
 def product_loop(touch: str, steps: int = 3, k: float = 1.0):
@@ -218,10 +239,7 @@ def test_transcendentals_over_short_runs_are_staged_and_match_the_definition(in_
                                                                              monkeypatch):
     """A sigmoid over a strided view (runs of a few elements on each tile), with a streaming
     operand and a broadcast scalar: the staged kernel, against numpy's definition."""
-    from gruc.runtime.codelets import elementwise
-
-    staged = []
-    monkeypatch.setattr(elementwise, "_staged", lambda *args: staged.append(1) or STAGED(*args))
+    staged = spied(monkeypatch, elementwise, "_staged")
     g = Graph(T16)
     x = g.add_variable(FLOAT, (40, 30), "x")
     g.map_tensor_linearly(x)
@@ -262,11 +280,7 @@ def test_transcendentals_over_short_runs_are_staged_and_match_the_definition(in_
 def test_operands_with_misaligned_runs_are_staged_on_their_own_runs(rng, monkeypatch):
     """Runs of 3, 10 and 25 elements breaking at different places: too short together for the
     run kernel (it would go element by element), long enough one by one to be staged."""
-    from gruc.runtime.codelets import elementwise
-
-    staged = []
-    monkeypatch.setattr(elementwise, "_staged",
-                        lambda *args: staged.append(STAGED(*args)) or staged[-1])
+    staged = spied(monkeypatch, elementwise, "_staged")
     g = Graph(T16)
     x = g.add_variable(FLOAT, (40, 30), "x")
     g.map_tensor_linearly(x)
@@ -276,23 +290,15 @@ def test_operands_with_misaligned_runs_are_staged_on_their_own_runs(rng, monkeyp
     g.map_tensor_linearly(result)
     program = Sequence()
     map_with_output(g, _1 * _2 + _2, [x[:, 3:13], w], result, program)
-    for name, tensor in (("x", x), ("w", w)):
-        g.create_host_write(name, tensor)
-    g.create_host_read("result", result)
     values = {"x": rng.uniform(-4, 4, (40, 30)), "w": rng.uniform(-4, 4, (40, 10))}
-    results = []
-    for engine in engines(g, program):
-        for name, value in values.items():
-            engine.write_tensor(name, value)
-        engine.run(0)
-        results.append(engine.read_tensor("result"))
+    results, _ = results_of_both(g, program, {"x": x, "w": w}, values, result)
     assert staged and all(run is not None for run in staged)
     np.testing.assert_array_equal(results[1], results[0])
     x32, w32 = values["x"][:, 3:13].astype(np.float32), values["w"].astype(np.float32)
     np.testing.assert_array_equal(results[1], x32 * w32 + w32)
 
 
-def _block_mapped(g: Graph, name: str) -> "Tensor":
+def _block_mapped(g: Graph, name: str):
     """An ``[8, 32]`` variable whose tiles each hold a ``[2, 8]`` block: 16 consecutive addresses
     that are two runs in flat order."""
     tensor = g.add_variable(FLOAT, (8, 32), name)
@@ -302,29 +308,18 @@ def _block_mapped(g: Graph, name: str) -> "Tensor":
 
 
 def test_staging_follows_the_output_addresses_when_that_leaves_fewer_runs(rng, monkeypatch):
-    """Output and one operand in ``[2, 8]`` blocks per tile, the other operand a slice of a row-mapped tensor:
-    staged in the output's address order (one run per block, not two), same values."""
-    from gruc.runtime.codelets import elementwise
-
-    orders = []
-    monkeypatch.setattr(elementwise, "_staging_order",
-                        lambda *args: orders.append(STAGING_ORDER(*args)) or orders[-1])
+    """Output and one operand in ``[2, 8]`` blocks per tile, the other operand a slice of a
+    row-mapped tensor: staged in the output's address order (one run per block, not two), same
+    values."""
+    orders = spied(monkeypatch, elementwise, "_staging_order")
     g = Graph(T16)
     x = g.add_variable(FLOAT, (8, 96), "x")
     g.map_tensor_linearly(x)
     w, result = _block_mapped(g, "w"), _block_mapped(g, "result")
     program = Sequence()
     map_with_output(g, sigmoid(_1 + _2), [x[:, 1:33], w], result, program)
-    for name, tensor in (("x", x), ("w", w)):
-        g.create_host_write(name, tensor)
-    g.create_host_read("result", result)
     values = {"x": rng.uniform(-4, 4, (8, 96)), "w": rng.uniform(-4, 4, (8, 32))}
-    results = []
-    for engine in engines(g, program):
-        for name, value in values.items():
-            engine.write_tensor(name, value)
-        engine.run(0)
-        results.append(engine.read_tensor("result"))
+    results, engine = results_of_both(g, program, {"x": x, "w": w}, values, result)
     (order,) = orders
     flat = np.arange(8 * 32)
     assert not np.array_equal(order, flat)
