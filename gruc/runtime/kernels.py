@@ -198,9 +198,7 @@ class Unchanged:
         self.only_the_host_writes = self.enabled and not writers
         """Whether no step writes the operand (a bias, or weights outside a weight update): it
         changes only when the host writes it."""
-        self.writers = np.array(writers, dtype=np.int64)
-        self.step_counts = step_counts
-        self.writes = write_counter(step_counts, self.writers)
+        self.writes = write_counter(step_counts, np.array(writers, dtype=np.int64))
         self.seen: tuple[int, int, int] | None = None
 
     def __call__(self, memory) -> bool:

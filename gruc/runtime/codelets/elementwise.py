@@ -220,9 +220,10 @@ def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...],
     """The kernel of :func:`staged_kernel_source` with its run tables and staging arrays; None
     if the operands' own runs are too short to pay (scattered element by element).
 
-    An operand that cannot have changed since the step last staged it (``unchanged``: a bias, the
-    weights of a loop) is not copied again: its staging array, which only this kernel writes,
-    still holds it."""
+    An operand no step writes (a bias, weights nothing updates) is copied only when the host has
+    written it since the step last staged it (``unchanged``): its staging array, which only this
+    kernel writes, still holds it.  Operands steps write change on almost every call: asking
+    would cost more than it saves."""
     streaming = [streams(op.index) for op in operands]
     kept = [unchanged(op) if moves else None for op, moves in zip(operands, streaming)]
     kept = [keep if keep and keep.only_the_host_writes else None for keep in kept]
