@@ -21,7 +21,8 @@ float partials are read only by the reduction in the very next step, the two are
 partials never scattered nor gathered.  An operand that provably did not change since the step
 last gathered it (the weights, in an RNN loop) is not gathered again, nor, with MKL, packed again
 for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`); one that another product step gathered
-since it last changed is copied from that step's host array (:class:`SharedRead`).
+since it last changed is copied from that step's host array
+(:class:`~gruc.runtime.transfer.SharedRead`).
 A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
 rate (see ``_kept_accumulation``).
@@ -41,7 +42,6 @@ from functools import partial
 from typing import Callable
 
 import numpy as np
-from numba import njit
 
 from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_of, mac_cycles
 from gruc.ir.graph import Graph, Vertex
@@ -49,10 +49,10 @@ from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementw
                                exchange_estimator)
 from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
-from gruc.runtime.kernels import (SEGMENT_MIN_AVERAGE, HostCopies, Unchanged,
-                                  numba_executable_hook, numba_vertex, runs_by_address)
+from gruc.runtime.kernels import HostCopies, Unchanged, numba_executable_hook, numba_vertex
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
                                 Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
+from gruc.runtime.transfer import SharedRead, Transfer
 from gruc.target import Target
 from gruc.types import FLOAT, HALF
 
@@ -127,140 +127,8 @@ def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
 
 
 # ---- numba: grouped BLAS over tile memory ----------------------------------------------------
-# Run tables are uint64: unsigned indices spare numba its negative-index wraparound, which lets
-# LLVM vectorise the copies (about 7x faster on runs of ~20 elements).
-@njit(cache=True, nogil=True)
-def _gather_runs(src, bases, positions, lengths, dst):  # pragma: no cover (compiled)
-    for s in range(bases.shape[0]):
-        base, at = bases[s], positions[s]
-        for j in range(lengths[s]):
-            dst[at + np.uint64(j)] = src[base + np.uint64(j)]
-
-
-@njit(cache=True, nogil=True)
-def _scatter_runs(dst, bases, positions, lengths, src):  # pragma: no cover (compiled)
-    for s in range(bases.shape[0]):
-        base, at = bases[s], positions[s]
-        for j in range(lengths[s]):
-            dst[base + np.uint64(j)] = src[at + np.uint64(j)]
-
-
-@njit(cache=True, nogil=True)
-def _add_runs(src, bases, positions, lengths, acc):  # pragma: no cover (compiled)
-    for s in range(bases.shape[0]):
-        base, at = bases[s], positions[s]
-        for j in range(lengths[s]):
-            acc[at + np.uint64(j)] += src[base + np.uint64(j)]
-
-
-@njit(cache=True, nogil=True)
-def _add_scaled_runs(dst, bases, positions, lengths, src, factor):  # pragma: no cover (compiled)
-    for s in range(bases.shape[0]):
-        base, at = bases[s], positions[s]
-        for j in range(lengths[s]):
-            dst[base + np.uint64(j)] = dst[base + np.uint64(j)] + factor * src[at + np.uint64(j)]
-
-
-@njit(cache=True, nogil=True)
-def _add_scaled_index(dst, index, positions, src, factor):  # pragma: no cover (compiled)
-    for i in range(index.shape[0]):
-        dst[index[i]] = dst[index[i]] + factor * src[positions[i]]
-
-
-@njit(cache=True, nogil=True)
-def _gather_index(src, index, positions, dst):  # pragma: no cover (compiled)
-    for i in range(index.shape[0]):
-        dst[positions[i]] = src[index[i]]
-
-
-@njit(cache=True, nogil=True)
-def _scatter_index(dst, index, positions, src):  # pragma: no cover (compiled)
-    for i in range(index.shape[0]):
-        dst[index[i]] = src[positions[i]]
-
-
-@njit(cache=True, nogil=True)
-def _add_index(src, index, positions, acc):  # pragma: no cover (compiled)
-    for i in range(index.shape[0]):
-        acc[positions[i]] += src[index[i]]
-
-
-class Transfer:
-    """Moves an operand's elements between tile memory and a contiguous host float32 array:
-    element ``e`` of the operand (flat order) to or from host position ``positions[e]`` (default
-    ``e``).  Runs where both sides are consecutive (along the operand, or with ``host_order``
-    along the host positions: see :func:`~gruc.runtime.kernels.runs_by_address`) are copied by
-    compiled loops in *address* order, so tile memory (tiles far apart) streams while the small
-    host array takes the scattered side; operands without long runs go element by element."""
-
-    def __init__(self, operand: Operand, positions: np.ndarray | None = None, *,
-                 host_order: bool = False) -> None:
-        self.dtype = operand.dtype
-        self.index = operand.index.reshape(-1)
-        self.host = np.arange(len(self.index), dtype=np.int64) if positions is None else positions
-        self.bases, self.positions, self.lengths = runs_by_address(self.index, self.host,
-                                                                   host_order=host_order)
-        self.runs = len(self.lengths) * SEGMENT_MIN_AVERAGE <= len(self.index)
-        self.half = operand.dtype is HALF
-        self.words = np.empty(len(self.index), np.uint16) if self.half else None
-
-    def _memory(self, memory: DeviceMemory) -> np.ndarray:
-        view = memory.view(self.dtype)
-        return view.view(np.uint16) if self.half else view
-
-    def _move(self, runs, elements, memory: DeviceMemory, host: np.ndarray) -> None:
-        if self.runs:
-            runs(self._memory(memory), self.bases, self.positions, self.lengths, host)
-        else:
-            elements(self._memory(memory), self.index, self.host, host)
-
-    def read(self, memory: DeviceMemory, into: np.ndarray) -> None:
-        """``into`` (contiguous float32) receives the operand's values."""
-        if self.half:
-            self._move(_gather_runs, _gather_index, memory, self.words)
-            np.copyto(into.reshape(-1), self.words.view(np.float16))
-        else:
-            self._move(_gather_runs, _gather_index, memory, into.reshape(-1))
-
-    def write(self, memory: DeviceMemory, values: np.ndarray) -> None:
-        """The operand's elements = ``values`` (contiguous float32, rounded to the operand type)."""
-        if self.half:
-            np.copyto(self.words.view(np.float16), values.reshape(-1))
-            self._move(_scatter_runs, _scatter_index, memory, self.words)
-        else:
-            self._move(_scatter_runs, _scatter_index, memory, values.reshape(-1))
-
-    def add(self, memory: DeviceMemory, into: np.ndarray) -> None:
-        """``into`` (contiguous float32) += the operand's values (float operands only)."""
-        self._move(_add_runs, _add_index, memory, into.reshape(-1))
-
-    def add_scaled(self, memory: DeviceMemory, values: np.ndarray, factor: np.float32) -> None:
-        """The operand's elements += ``factor * values`` in one pass over tile memory (float
-        operands only; the same float32 roundings as multiplying, then adding)."""
-        data, flat = memory.view(self.dtype), values.reshape(-1)
-        if self.runs:
-            _add_scaled_runs(data, self.bases, self.positions, self.lengths, flat, factor)
-        else:
-            _add_scaled_index(data, self.index, self.host, flat, factor)
-
-
-class SharedRead:
-    """Reads an operand into a host array: from the host array another step last filled with it,
-    when that cannot be stale (:class:`~gruc.runtime.kernels.HostCopy`), else from tile memory.
-    With ``offer``, the array read into is held for later readers: it must be one only this
-    reader writes."""
-
-    def __init__(self, operand: Operand, copies: HostCopies, *, offer: bool) -> None:
-        self.transfer = Transfer(operand)
-        self.copy = copies.of(operand)
-        self.offer = offer
-
-    def __call__(self, memory: DeviceMemory, into: np.ndarray) -> None:
-        self.copy.take(memory, into, self.transfer.read, offer=self.offer)
-
-
 class _Operands:
-    """A partials vertex's ``a`` and ``b`` read into host arrays (:class:`SharedRead`), each read
+    """A partials vertex's ``a`` and ``b`` read into host arrays (``SharedRead``), each read
     again only if it may have changed since the last step read it
     (:class:`~gruc.runtime.kernels.Unchanged`)."""
 
