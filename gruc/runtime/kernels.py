@@ -192,8 +192,7 @@ class Unchanged:
     def __init__(self, operand, executable, step_counts: np.ndarray, reading_step: int, *,
                  kept_by: Collection[int] = ()) -> None:
         variables = frozenset(v.index for v in operand.tensor.variables())
-        writers = [s for s, written in enumerate(executable.step_writes) if written & variables
-                   and s not in kept_by]
+        writers = [s for s in executable.writers_of(variables) if s not in kept_by]
         self.enabled = reading_step not in writers
         self.only_the_host_writes = self.enabled and not writers
         """Whether no step writes the operand (a bias, or weights outside a weight update): it
@@ -258,9 +257,8 @@ class HostCopies:
             if np.array_equal(known, index):
                 return copy
         variables = frozenset(v.index for v in operand.tensor.variables())
-        writers = [s for s, written in enumerate(self.executable.step_writes)
-                   if written & variables]
-        copy = HostCopy(np.array(writers, dtype=np.int64), self.step_counts)
+        copy = HostCopy(np.array(self.executable.writers_of(variables), dtype=np.int64),
+                        self.step_counts)
         same.append((index, copy))
         return copy
 

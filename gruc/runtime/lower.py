@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -211,6 +211,20 @@ class Executable:
     """Indices of the variables each step writes or declares dead (``WriteUndef``), by step."""
     step_reads: tuple[frozenset[int], ...] = field(default=())
     """Indices of the variables each step reads, by step."""
+
+    @cached_property
+    def _writers_by_variable(self) -> dict[int, list[int]]:
+        by_variable: dict[int, list[int]] = {}
+        for step, written in enumerate(self.step_writes):
+            for variable in written:
+                by_variable.setdefault(variable, []).append(step)
+        return by_variable
+
+    def writers_of(self, variables) -> list[int]:
+        """The steps that write or kill any of ``variables`` (indices), ascending: asked for every
+        operand a kernel may keep, so answered from an index built once, not a scan of steps."""
+        index = self._writers_by_variable
+        return sorted({step for variable in variables for step in index.get(variable, ())})
 
 
 class _Lowering:
