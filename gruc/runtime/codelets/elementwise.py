@@ -6,8 +6,8 @@ a single loop that loads each operand, evaluates the whole tree on scalars (each
 its compute type, transcendentals from :mod:`gruc.runtime.fastmath`) and stores the result, with
 no temporaries — except where a transcendental meets runs of a few elements, whose operands are
 first staged into contiguous arrays (:func:`staged_kernel_source`), in the element order that
-leaves the fewest runs, an operand copied again only if it may have changed since (a bias is
-copied once).  Maps are prepared by an executable hook, which knows each vertex's step.  Vertices
+leaves the fewest runs; an operand no step writes (a bias) is staged again only after the host
+writes it.  Maps are prepared by an executable hook, which knows each vertex's step.  Vertices
 touching HALF data run on numpy, since numba cannot load float16 on a CPU.
 """
 
