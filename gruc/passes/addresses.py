@@ -2,10 +2,13 @@
 
 A plan stores, per run of consecutive elements of a variable on one tile, where the run starts
 (:class:`~gruc.passes.plan_memory.MemoryPlan`); a per-element table of the whole module would hold
-hundreds of millions of addresses for a long sequence.  :func:`tile_runs` finds a variable's runs
-and their place in its per-tile blocks in one pass over its element tiles (no sort: a long
-sequence has millions of runs); :func:`fill_addresses` answers an address query by walking the
-runs — for an id array, or for a strided view without materialising its ids.
+hundreds of millions of addresses for a long sequence.  A variable whose element tiles repeat
+row after row (a sequence laid out alike at every step: :func:`repeats_rows`) stores the runs of
+its first row only, each with the bytes one row adds on its tile — so a sequence of 2,000 steps
+keeps as many runs as one of 2.  :func:`tile_runs` finds a row's runs and their place in its
+per-tile blocks in one pass over its element tiles (no sort); :func:`fill_addresses` answers an
+address query by walking the runs — for an id array, or for a strided view without
+materialising its ids.
 """
 
 from __future__ import annotations
@@ -97,8 +100,38 @@ def find_run(i, run, jump, runs):  # pragma: no cover (compiled)
 
 
 @njit(cache=True, nogil=True)
-def fill_addresses(ids, offset, shape, strides, runs, stride, unit, result, at, result_strides,
-                   run_places):  # pragma: no cover (compiled)
+def repeats_rows(tiles, period):  # pragma: no cover (compiled)
+    """Whether ``tiles`` is its first ``period`` values over and over (a sequence laid out alike
+    at every step); stops at the first difference."""
+    for k in range(period, tiles.shape[0]):
+        if tiles[k] != tiles[k - period]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def find_segment(i, segment, segments):  # pragma: no cover (compiled)
+    """The segment (a variable: first id, period, repeats) holding global id ``i``, or -1;
+    ``segment`` is tried first."""
+    count = segments.shape[0]
+    if 0 <= segment < count and segments[segment, 0] <= i < \
+            segments[segment, 0] + segments[segment, 1] * segments[segment, 2]:
+        return segment
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        if segments[middle, 0] <= i:
+            low = middle + 1
+        else:
+            high = middle
+    if low == 0 or i >= segments[low - 1, 0] + segments[low - 1, 1] * segments[low - 1, 2]:
+        return -1
+    return low - 1
+
+
+@njit(cache=True, nogil=True)
+def fill_addresses(ids, offset, shape, strides, runs, segments, stride, unit, result, at,
+                   result_strides, run_places):  # pragma: no cover (compiled)
     """Byte address // ``unit`` of every element of a view of ``shape``, in row-major order: the
     element's id is the next of ``ids`` if ``ids`` is not empty, else that of the strided view
     ``offset + sum(index_d * strides[d])`` (walked with an odometer, so no id array is
@@ -110,6 +143,10 @@ def fill_addresses(ids, offset, shape, strides, runs, stride, unit, result, at, 
     (both arrays from their start, in walking order; a run continues the one before when both its
     place and its address do).  Returns the row-major position of the first id in no run (an
     unallocated variable) or -1, and how many runs were written.
+
+    ``segments`` holds one row per allocated variable — first id, period (elements a row),
+    rows — and ``runs`` the runs of each variable's first row, sorted by first id: an element
+    ``turn`` rows on from a run's is ``turn * runs[run, 5]`` bytes further on the run's tile.
 
     Addresses of a run are ``start + j * step`` with ``start`` divided once per run: every
     ``unit`` used divides the element size and the tile stride, and blocks are aligned to it.  A
@@ -125,8 +162,8 @@ def fill_addresses(ids, offset, shape, strides, runs, stride, unit, result, at, 
     chunked = walk and strides[rank - 1] == 1 and result_strides[rank - 1] == 1
     counter = np.zeros(rank, dtype=np.int64)
     row_id, row_at = offset, at
-    run = jump = -1
-    start = step = 0
+    run = jump = segment = -1
+    run_first = run_end = start = step = 0
     runs_written = 0
     next_place = next_address = -1  # where the last run written would continue
     k = 0
@@ -134,20 +171,26 @@ def fill_addresses(ids, offset, shape, strides, runs, stride, unit, result, at, 
         c = 0
         while c < inner:
             i = row_id + c * strides[rank - 1] if walk else ids[k]
-            if not (run >= 0 and runs[run, 0] <= i < runs[run, 0] + runs[run, 1]):
-                found = find_run(i, run, jump, runs)
-                if found < 0:
+            if not run_first <= i < run_end:
+                segment = find_segment(i, segment, segments)
+                if segment < 0:
                     return k, runs_written
+                turn = (i - segments[segment, 0]) // segments[segment, 1]
+                shift = turn * segments[segment, 1]
+                found = find_run(i - shift, run, jump, runs)
                 if run >= 0 and found != run + 1:
                     jump = found - run
                 run = found
                 ahead = run + 4 * jump  # four rows on, where a strided walk goes
                 if jump > 1 and ahead < runs.shape[0]:
                     prefetch(runs, ahead)
+                run_first = runs[run, 0] + shift
+                run_end = run_first + runs[run, 1]
                 step = runs[run, 4] // unit
-                start = (runs[run, 2] * stride + runs[run, 3]) // unit - runs[run, 0] * step
+                start = (runs[run, 2] * stride + runs[run, 3] + turn * runs[run, 5]) // unit \
+                    - run_first * step
             place = row_at + c * result_strides[rank - 1]
-            count = min(inner - c, runs[run, 0] + runs[run, 1] - i) if chunked else 1
+            count = min(inner - c, run_end - i) if chunked else 1
             first = start + i * step
             if only_runs:
                 if place != next_place or first != next_address:

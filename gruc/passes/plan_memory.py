@@ -41,7 +41,7 @@ from gruc.errors import GrucMappingError, GrucOutOfMemory, GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import Tensor
-from gruc.passes.addresses import count_runs, fill_addresses, tile_runs
+from gruc.passes.addresses import count_runs, fill_addresses, repeats_rows, tile_runs
 from gruc.passes.liveness import Liveness, analyse_liveness
 
 __all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
@@ -101,9 +101,13 @@ class MemoryPlan:
     _runs: np.ndarray = field(repr=False)
     """Runs of consecutive elements of a variable on one tile, sorted by global id (variables own
     increasing id ranges), one row each: first id, length, tile, byte offset on the tile, element
-    size (a row is one cache line's read when a walk looks a run up).  Every address query walks
-    these (:meth:`element_addresses`): a per-element table of the whole module would hold
-    hundreds of millions of addresses for a long sequence."""
+    size, and the bytes a row of the variable adds on that tile (a row is one cache line's read
+    when a walk looks a run up).  Every address query walks these (:meth:`element_addresses`):
+    a per-element table of the whole module would hold hundreds of millions of addresses for a
+    long sequence.  A variable whose rows are laid out alike has runs for its first row only."""
+    _segments: np.ndarray = field(repr=False)
+    """One row per allocated variable, by first id: first id, period (elements of a row whose
+    runs ``_runs`` holds, all of them if its rows are not laid out alike), rows."""
 
     # ---- queries --------------------------------------------------------------------------------
     @property
@@ -227,7 +231,8 @@ class MemoryPlan:
         stride = self.capacity if tile_stride is None else int(tile_stride)
         as_array = (lambda values: np.array(values, dtype=np.int64))
         bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), self._runs,
-                                   stride, unit, out, at, as_array(places), run_places)
+                                   self._segments, stride, unit, out, at, as_array(places),
+                                   run_places)
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
                 offset + int(np.dot(np.unravel_index(bad, shape), strides))
@@ -275,6 +280,17 @@ def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> in
     return int(gap_start[fits[0]]) if len(fits) else int(reach[-1])
 
 
+def _period(variable, tiles: np.ndarray) -> int:
+    """Elements of a row of ``variable`` if every row (index of its first dim) has the first
+    row's element tiles, else all its elements: a sequence laid out alike at every step is
+    planned, and its addresses looked up, from one step's runs."""
+    if variable.rank > 1 and variable.shape[0] > 1:
+        row = variable.num_elements // variable.shape[0]
+        if repeats_rows(tiles, row):
+            return row
+    return variable.num_elements
+
+
 def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
                     liveness: Liveness) -> tuple[np.ndarray, int, int, int]:
     """Offsets (in the given block order), always-live bytes, not-always-live peak, total."""
@@ -319,28 +335,38 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     num_tiles, capacity, alignment = target.num_tiles, target.bytes_per_tile, target.memory_alignment
 
     # Runs of consecutive elements on one tile, and blocks (a variable's elements on one tile),
-    # for every variable that gets memory: one compiled pass per variable, no sort, each
-    # variable's runs written in place (a long sequence has tens of millions of them).
+    # for every variable that gets memory: one compiled pass per variable over its first row if
+    # its rows repeat (a sequence), else over all of it; no sort, runs written in place.
     allocated = [index for index, variable in enumerate(graph.variables)
                  if variable.num_elements and index in liveness.used]
-    counts = [count_runs(graph.element_tiles(graph.variables[index])) for index in allocated]
+    tiles_of = [graph.element_tiles(graph.variables[index]) for index in allocated]
+    periods = [_period(graph.variables[index], tiles) for index, tiles in zip(allocated, tiles_of)]
+    counts = [count_runs(tiles[:period]) for tiles, period in zip(tiles_of, periods)]
     run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
-    runs = np.empty((run_at[-1], 5), dtype=np.int64)
-    run_first, run_length, run_tile, run_within, run_size = runs.T
+    runs = np.empty((run_at[-1], 6), dtype=np.int64)
+    run_first, run_length, run_tile, run_within, run_size, run_turn = runs.T
     run_block = np.empty(run_at[-1], dtype=np.int64)
+    segments = np.array([(graph.variables[index].first_id, period,
+                          graph.variables[index].num_elements // period)
+                         for index, period in zip(allocated, periods)],
+                        dtype=np.int64).reshape(-1, 3)
     blocks, first_block = [], 0
-    for index, begin, end in zip(allocated, run_at[:-1], run_at[1:]):
+    for index, tiles, (_, period, repeats), begin, end in zip(allocated, tiles_of, segments,
+                                                              run_at[:-1], run_at[1:]):
         variable = graph.variables[index]
         size = variable.dtype.size
         per_tile = np.zeros(num_tiles, dtype=np.int64)
-        unmapped = tile_runs(graph.element_tiles(variable), variable.first_id, size, per_tile,
+        unmapped = tile_runs(tiles[:period], variable.first_id, size, per_tile,
                              run_first[begin:end], run_length[begin:end], run_tile[begin:end],
                              run_within[begin:end])
         if unmapped:
             raise GrucMappingError(
                 f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
-                f"by the module but {unmapped} of its {variable.num_elements} elements have no "
-                "tile; map it (set_tile_mapping / map_tensor_linearly) before planning memory")
+                f"by the module but {unmapped * repeats} of its {variable.num_elements} elements "
+                "have no tile; map it (set_tile_mapping / map_tensor_linearly) before planning "
+                "memory")
+        np.multiply(per_tile.take(run_tile[begin:end]), size, out=run_turn[begin:end])
+        per_tile *= repeats
         block_tiles = np.flatnonzero(per_tile)
         block_of_tile = np.zeros(num_tiles, dtype=np.int64)
         block_of_tile[block_tiles] = np.arange(first_block, first_block + len(block_tiles))
@@ -392,13 +418,14 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
               always_live_bytes, nal_bytes, total_bytes, runs]
     for array in arrays:
         array.flags.writeable = False
+    segments.flags.writeable = False
     plan = MemoryPlan(
         liveness=liveness, num_tiles=num_tiles, capacity=capacity, alignment=alignment,
         block_variable=block_variable, block_tile=block_tile, block_offset=block_offset,
         block_nbytes=block_nbytes, block_size=block_size, always_live_bytes=always_live_bytes,
         not_always_live_bytes=nal_bytes, total_bytes=total_bytes,
         tiles_over_capacity=tuple(overflows), allocated=frozenset(allocated),
-        num_signatures=len(plans), _graph=graph, _runs=runs)
+        num_signatures=len(plans), _graph=graph, _runs=runs, _segments=segments)
     if strict and overflows:
         worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
         others = len(overflows) - 1

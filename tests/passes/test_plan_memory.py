@@ -454,3 +454,56 @@ def test_view_addresses_follow_their_ids(data):
     assert np.all(np.diff(firsts) != lengths[:-1])  # no run continues the one before
     expanded = np.repeat(firsts - positions, lengths) + np.arange(view.num_elements)
     assert expanded.tolist() == out.tolist()
+
+
+def _layout_rule_addresses(graph, plan, variable):
+    """Each element's byte address by the module docstring's rule, element by element: its
+    tile's block offset plus its rank among the variable's elements on that tile."""
+    tiles = graph.element_tiles(variable)
+    index = vindex(graph, variable)
+    addresses = np.empty(len(tiles), np.int64)
+    for tile in np.unique(tiles).tolist():
+        on_tile = np.flatnonzero(tiles == tile)
+        addresses[on_tile] = (tile * graph.target.bytes_per_tile + plan.offset(index, tile)
+                              + np.arange(len(on_tile)) * variable.dtype.size)
+    return addresses
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_a_sequence_laid_out_alike_at_every_step_is_planned_from_one_step(data):
+    """A variable whose rows share one row's tiles keeps that row's runs only, and every view of
+    it still gets the layout rule's addresses; one element mapped elsewhere in the last row makes
+    it an ordinary variable, with the same guarantee."""
+    graph = Graph(TARGET)
+    steps = data.draw(st.integers(2, 6))
+    row_shape = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
+    x = graph.add_variable(FLOAT, [steps, *row_shape], "x")
+    before = graph.add_variable(HALF, [3], "before")  # neighbours in id space
+    row_tiles = np.array(data.draw(st.lists(st.integers(0, TARGET.num_tiles - 1),
+                                            min_size=x.num_elements // steps,
+                                            max_size=x.num_elements // steps)))
+    graph.set_tile_mapping(x, row_tiles.reshape(row_shape))
+    alike = data.draw(st.booleans())
+    if not alike:
+        last = x[steps - 1].reshape([len(row_tiles)])[-1]
+        graph.set_tile_mapping(last, (int(row_tiles[-1]) + 1) % TARGET.num_tiles)
+    graph.set_tile_mapping(before, 2)
+    module = Module(graph, [Sequence(Copy(x, x), Copy(before, before))])
+    plan = plan_memory(module)
+    check_invariants(module, plan)
+    row_runs = 1 + int(np.count_nonzero(np.diff(row_tiles)))
+    x_runs = int(np.count_nonzero(plan._runs[:, 0] < before.first_id))
+    if alike:
+        assert x_runs == row_runs  # one step's runs, whatever the number of steps
+    else:
+        assert x_runs > row_runs
+    expected = _layout_rule_addresses(graph, plan, x)
+    assert plan.element_addresses(x).tolist() == expected.tolist()
+    view = _view(data.draw, x)
+    by_rule = expected[view.flat_ids() - x.first_id]
+    assert plan.element_addresses(view).tolist() == by_rule.tolist()
+    positions, firsts = plan.index_runs(view, TARGET.bytes_per_tile)
+    lengths = np.diff(np.append(positions, view.num_elements))
+    expanded = np.repeat(firsts - positions, lengths) + np.arange(view.num_elements)
+    assert (expanded * 4).tolist() == by_rule.tolist()
