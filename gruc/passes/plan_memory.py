@@ -32,7 +32,10 @@ tiles that do not fit, and ``strict=True`` raises :class:`GrucOutOfMemory` namin
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -170,9 +173,61 @@ class MemoryPlan:
         each run begins (ascending, from 0) and its first index — as many numbers as the tensor
         has runs, not elements (a slice group's bases are a long sequence's columns: a run or two
         per row)."""
-        capacity = tensor.num_elements + 1
+        return self._index_runs(tensor, tile_stride, None)
+
+    def row_index_runs(self, tensor: Tensor, tile_stride: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`index_runs` of ``tensor``'s first row (index 0 of its first dim) and how far
+        each run's indices move a row, when every row is the first moved run by run — a view
+        stepping through a sequence laid out alike at every step (its ids a whole number of
+        periods apart in one such variable, part by part for a concatenation along a later dim).
+        Row ``r`` of run ``k`` then starts at ``firsts[k] + r * moves[k]``.  None otherwise, or
+        for fewer than two rows: a caller wanting a long sequence's slices without listing every
+        row's runs falls back to :meth:`index_runs`."""
+        if tensor.rank < 2 or tensor.shape[0] < 2 or not self._rows_step_by_periods(tensor):
+            return None
+        positions, firsts = self._index_runs(tensor, tile_stride, 2)  # the first two rows
+        row = tensor.num_elements // tensor.shape[0]
+        second = int(np.searchsorted(positions, row))
+        next_positions, next_firsts = positions[second:] - row, firsts[second:]
+        if second == len(positions) or positions[second] != row:  # a run going on into row 1
+            next_positions = np.concatenate(([0], next_positions))
+            next_firsts = np.concatenate(([firsts[second - 1] + row - positions[second - 1]],
+                                          next_firsts))
+        if len(next_positions) != second or np.any(next_positions != positions[:second]):
+            return None  # the rows' runs are cut differently: no fixed move
+        return positions[:second], firsts[:second], next_firsts - firsts[:second]
+
+    def _rows_step_by_periods(self, tensor: Tensor) -> bool:
+        """Whether each element's id moves a whole number of its variable's periods a row, within
+        one variable whose rows are laid out alike (so its address moves by a fixed amount)."""
+        if isinstance(tensor.op, ConcatOp) and tensor.op.dim != 0:
+            return all(self._rows_step_by_periods(part) for part in tensor.sources)
+        layout = tensor.layout()
+        if not isinstance(layout, Strided) or not tensor.num_elements:
+            return False
+        reach = [(size - 1) * stride for size, stride in zip(tensor.shape, layout.strides)]
+        lowest = layout.offset + sum(min(0, r) for r in reach)
+        highest = layout.offset + sum(max(0, r) for r in reach)
+        segments = self._segment_list
+        segment = bisect.bisect_right(segments, (lowest, math.inf)) - 1
+        if segment < 0:
+            return False
+        first, period, rows = segments[segment]
+        return highest < first + period * rows and layout.strides[0] % period == 0
+
+    @cached_property
+    def _segment_list(self) -> list[tuple[int, int, int]]:
+        """``_segments`` as Python numbers, for lookups one view part at a time."""
+        return list(map(tuple, self._segments.tolist()))
+
+    def _index_runs(self, tensor: Tensor, tile_stride: int, rows: int | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`index_runs` of ``tensor``, or of its first ``rows`` rows (see :meth:`_place`)."""
+        capacity = (tensor.num_elements if rows is None
+                    else tensor.num_elements // tensor.shape[0] * rows) + 1
         positions, firsts = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
-        count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions)
+        count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions, rows)
         positions, firsts = positions[:count], firsts[:count]
         if count > 1 and np.any(positions[1:] < positions[:-1]):  # parts of a concatenation
             order = np.argsort(positions, kind="stable")  # along an inner dim, interleaved
@@ -183,38 +238,46 @@ class MemoryPlan:
         return positions.copy(), firsts.copy()
 
     def _tensor_into(self, tensor: Tensor, tile_stride: int | None, unit: int,
-                     out: np.ndarray | None, run_places: np.ndarray = _NO_IDS) -> np.ndarray | int:
-        """``out`` (made if None) filled with ``tensor``'s addresses, or, with ``run_places``,
-        with where its runs begin: then the number of runs is returned."""
-        shape = tensor.shape or (1,)
+                     out: np.ndarray | None, run_places: np.ndarray = _NO_IDS,
+                     rows: int | None = None) -> np.ndarray | int:
+        """``out`` (made if None) filled with the addresses of ``tensor`` (or of its first
+        ``rows`` rows), or, with ``run_places``, with where its runs begin: then the number of
+        runs is returned."""
+        shape = (tensor.shape if rows is None else (rows, *tensor.shape[1:])) or (1,)
         if out is None:
             out = np.empty(tensor.num_elements, dtype=np.int64)
         places = [1]  # row-major element strides of ``out``
         for size in shape[:0:-1]:
             places.insert(0, places[0] * size)
-        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places), run_places, 0)
+        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places), run_places, 0,
+                           rows)
         return runs if len(run_places) else out
 
     def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,
                out: np.ndarray, at: int, places: tuple[int, ...], run_places: np.ndarray,
-               written: int) -> int:
-        """Write the addresses of ``tensor`` (viewed as ``shape``) into ``out`` from ``at``, its
-        elements ``places`` apart per dim — or, with ``run_places``, where its runs begin, after
-        the ``written`` runs there: returns how many runs are there then."""
+               written: int, rows: int | None) -> int:
+        """Write the addresses of ``tensor`` (viewed as ``shape``; with ``rows``, its first
+        ``rows`` rows only — index < ``rows`` of its first dim, no view of them made, for a
+        tensor concatenated along later dims only) into
+        ``out`` from ``at``, its elements ``places`` apart per dim; or, with ``run_places``,
+        where its runs begin, after the ``written`` runs there: returns how many runs are there
+        then."""
         if isinstance(tensor.op, ConcatOp):  # part by part, each straight into its place: the
             # parts are mostly strided, and a long sequence's per-tile column picks would
             # otherwise list every id of the sequence
             dim = tensor.op.dim
             for part in tensor.sources:
-                written = self._place(part, part.shape, tile_stride, unit, out, at, places,
-                                      run_places, written)
-                at += part.shape[dim] * places[dim]
+                part_shape = part.shape if rows is None else (rows, *part.shape[1:])
+                written = self._place(part, part_shape, tile_stride, unit, out, at, places,
+                                      run_places, written, rows)
+                at += part_shape[dim] * places[dim]
             return written
         layout = tensor.layout()
         if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
             ids, offset, strides = _NO_IDS, layout.offset, layout.strides or (0,)
         else:
-            ids, offset, strides = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1), 0, \
+            ids = np.asarray(layout if rows is None else layout[:rows])
+            ids, offset, strides = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1), 0, \
                 (0,) * len(shape)
         if len(run_places):
             return written + self._fill(ids, offset, shape, strides, tile_stride, unit,

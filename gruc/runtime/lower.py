@@ -36,6 +36,10 @@ from gruc.passes.liveness import Liveness
 from gruc.passes.plan_memory import MemoryPlan
 from gruc.types import ALL_TYPES, DType
 
+RowRuns = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A first row's runs of consecutive indices (flat positions, first indices) and how far each
+run's indices move a row (:meth:`Operand.row_runs`)."""
+
 TILE_STRIDE_ALIGNMENT = 64
 """Simulated tiles start on cache-line boundaries (and so on every type's alignment)."""
 
@@ -51,11 +55,13 @@ class Operand:
     called with it through :meth:`on_resolve`.
     """
 
-    __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_resolve_runs", "_checks")
+    __slots__ = ("dtype", "shape", "tensor", "_index", "_resolve", "_resolve_runs",
+                 "_resolve_row_runs", "_checks")
 
     def __init__(self, dtype: DType, index: np.ndarray | None, shape: tuple[int, ...],
                  tensor: Tensor | None = None, resolve: Callable[[], np.ndarray] | None = None,
-                 resolve_runs: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+                 resolve_runs: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+                 resolve_row_runs: Callable[[], RowRuns | None] | None = None) -> None:
         self.dtype = dtype
         self.shape = shape
         self.tensor = tensor
@@ -64,6 +70,7 @@ class Operand:
         self._index = index
         self._resolve = resolve
         self._resolve_runs = resolve_runs
+        self._resolve_row_runs = resolve_row_runs
         self._checks: list[Callable[["Operand"], None]] = []
 
     @property
@@ -101,6 +108,31 @@ class Operand:
                 check.runs(self, firsts, lengths)
             self._checks = []
         return positions, firsts
+
+    def row_runs(self) -> RowRuns | None:
+        """The first row's :meth:`index_runs` and how far each run moves a row, if every row is
+        the first moved run by run (see :meth:`MemoryPlan.row_index_runs`); else None.  Nothing
+        per row is computed: a slice group over a long sequence keeps one row's pieces.  The
+        checks see the first and the last row: a run's rows lie address by address between
+        those two, in one block when both ends are in one (an operand whose checks cannot take
+        runs gets None, and is resolved and checked as a whole by whoever falls back)."""
+        if self._index is not None or self._resolve_row_runs is None \
+                or any(getattr(check, "runs", None) is None for check in self._checks):
+            return None
+        found = self._resolve_row_runs()
+        if found is None:
+            return None
+        positions, firsts, moves = found
+        if self._checks:
+            lengths = np.empty_like(positions)
+            lengths[:-1] = positions[1:] - positions[:-1]
+            lengths[-1:] = math.prod(self.shape[1:]) - positions[-1:]
+            last_row = firsts + (self.shape[0] - 1) * moves
+            for check in self._checks:
+                check.runs(self, np.concatenate((firsts, last_row)),
+                           np.concatenate((lengths, lengths)))
+            self._checks = []
+        return found
 
     @property
     def resolved(self) -> bool:
@@ -242,7 +274,8 @@ class _Lowering:
     def operand(self, tensor: Tensor) -> Operand:
         return Operand(tensor.dtype, None, tensor.shape, tensor,
                        partial(self.plan.element_indices, tensor, self.tile_stride),
-                       partial(self.plan.index_runs, tensor, self.tile_stride))
+                       partial(self.plan.index_runs, tensor, self.tile_stride),
+                       partial(self.plan.row_index_runs, tensor, self.tile_stride))
 
     def take_step(self, node: Program) -> int:
         step = self.next_step

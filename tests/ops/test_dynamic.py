@@ -211,3 +211,34 @@ def test_columns_straddling_tiles_are_updated_through_a_staging_copy(backend):
     engine.run(0)
     np.testing.assert_array_equal(engine.read_tensor("t"), [[0, 1, 2, 3, 4], [-1] * 5])
     np.testing.assert_array_equal(engine.read_tensor("window"), [[-1] * 5, [0, 1, 2, 3, 4]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_sequence_slices_by_moved_rows_match_numpy(data):
+    """A sequence laid out alike at every step is sliced and updated from one row's pieces and
+    how far each moves a row (both numba kernels: one row, and windows of several rows that wrap
+    around); a sequence whose last row is mapped differently falls back to listing every row.
+    Either way the numbers are numpy's."""
+    from gruc.runtime.codelets import dynamic as codelets
+
+    steps = data.draw(st.integers(2, 6), label="steps")
+    row_shape = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=2), label="row")
+    row_tiles = np.array(data.draw(st.lists(st.integers(0, 7), min_size=int(np.prod(row_shape)),
+                                            max_size=int(np.prod(row_shape))), label="tiles"))
+    tiles = np.tile(row_tiles, steps)
+    alike = data.draw(st.booleans(), label="alike")
+    if not alike:
+        tiles[-1] = (tiles[-1] + 1) % 8
+    size = data.draw(st.integers(1, steps), label="window")
+    offset = data.draw(st.integers(-1, steps), label="offset")
+    tables = []
+    group_tables = codelets._group_tables
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codelets, "ROW_RUNS_MIN_ROWS", 2)
+        patch.setattr(codelets, "_group_tables",
+                      lambda *args: tables.append(group_tables(*args)) or tables[-1])
+        check((steps, *row_shape), [0], [size], [offset], "numba", np.random.default_rng(0),
+              element_tiles=tiles)
+    by_moves = [int(table_rows.max()) == 1 for table_rows, *_ in tables]
+    assert by_moves and all(by_moves) == alike
