@@ -256,12 +256,11 @@ class MemoryPlan:
     def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,
                out: np.ndarray, at: int, places: tuple[int, ...], run_places: np.ndarray,
                written: int, rows: int | None) -> int:
-        """Write the addresses of ``tensor`` (viewed as ``shape``; with ``rows``, its first
-        ``rows`` rows only — index < ``rows`` of its first dim, no view of them made, for a
-        tensor concatenated along later dims only) into
-        ``out`` from ``at``, its elements ``places`` apart per dim; or, with ``run_places``,
-        where its runs begin, after the ``written`` runs there: returns how many runs are there
-        then."""
+        """Write the addresses of ``tensor`` (viewed as ``shape``) into ``out`` from ``at``, its
+        elements ``places`` apart per dim; or, with ``run_places``, where its runs begin, after
+        the ``written`` runs there: returns how many runs are there then.  With ``rows``, only
+        its first ``rows`` rows (index < ``rows`` of its first dim, no view of them made), for a
+        tensor of strided parts concatenated along later dims (:meth:`_rows_step_by_periods`)."""
         if isinstance(tensor.op, ConcatOp):  # part by part, each straight into its place: the
             # parts are mostly strided, and a long sequence's per-tile column picks would
             # otherwise list every id of the sequence
@@ -276,8 +275,7 @@ class MemoryPlan:
         if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
             ids, offset, strides = _NO_IDS, layout.offset, layout.strides or (0,)
         else:
-            ids = np.asarray(layout if rows is None else layout[:rows])
-            ids, offset, strides = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1), 0, \
+            ids, offset, strides = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1), 0, \
                 (0,) * len(shape)
         if len(run_places):
             return written + self._fill(ids, offset, shape, strides, tile_stride, unit,

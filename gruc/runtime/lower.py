@@ -44,6 +44,11 @@ TILE_STRIDE_ALIGNMENT = 64
 """Simulated tiles start on cache-line boundaries (and so on every type's alignment)."""
 
 
+def _run_lengths(positions: np.ndarray, total: int) -> np.ndarray:
+    """The length of each run of ``total`` elements that begin at ``positions`` (ascending)."""
+    return np.diff(positions, append=total)
+
+
 class Operand:
     """A tensor resolved to typed element indices into device memory (flattened order).
 
@@ -101,9 +106,7 @@ class Operand:
         if any(getattr(check, "runs", None) is None for check in self._checks):
             self.index  # noqa: B018  (a check that cannot take runs: all run on the index)
         elif self._checks:
-            lengths = np.empty_like(positions)
-            lengths[:-1] = positions[1:] - positions[:-1]
-            lengths[-1:] = math.prod(self.shape) - positions[-1:]
+            lengths = _run_lengths(positions, math.prod(self.shape))
             for check in self._checks:
                 check.runs(self, firsts, lengths)
             self._checks = []
@@ -124,9 +127,7 @@ class Operand:
             return None
         positions, firsts, moves = found
         if self._checks:
-            lengths = np.empty_like(positions)
-            lengths[:-1] = positions[1:] - positions[:-1]
-            lengths[-1:] = math.prod(self.shape[1:]) - positions[-1:]
+            lengths = _run_lengths(positions, math.prod(self.shape[1:]))
             last_row = firsts + (self.shape[0] - 1) * moves
             for check in self._checks:
                 check.runs(self, np.concatenate((firsts, last_row)),
