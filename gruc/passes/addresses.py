@@ -87,15 +87,23 @@ def find_run(i, run, jump, runs):  # pragma: no cover (compiled)
     for guess in (run, run + jump, run + 1):
         if 0 <= guess < count and runs[guess, 0] <= i < runs[guess, 0] + runs[guess, 1]:
             return guess
-    low, high = 0, count  # then the last run starting at or before ``i``
+    last = last_starting_by(i, runs)  # then the last run starting at or before ``i``
+    if last < 0 or i >= runs[last, 0] + runs[last, 1]:
+        return -1
+    return last
+
+
+@njit(cache=True, nogil=True)
+def last_starting_by(i, table):  # pragma: no cover (compiled)
+    """The last row of ``table`` (sorted by its first column) whose first column is at most
+    ``i``, or -1: a binary search."""
+    low, high = 0, table.shape[0]
     while low < high:
         middle = (low + high) // 2
-        if runs[middle, 0] <= i:
+        if table[middle, 0] <= i:
             low = middle + 1
         else:
             high = middle
-    if low == 0 or i >= runs[low - 1, 0] + runs[low - 1, 1]:
-        return -1
     return low - 1
 
 
@@ -117,16 +125,10 @@ def find_segment(i, segment, segments):  # pragma: no cover (compiled)
     if 0 <= segment < count and segments[segment, 0] <= i < \
             segments[segment, 0] + segments[segment, 1] * segments[segment, 2]:
         return segment
-    low, high = 0, count
-    while low < high:
-        middle = (low + high) // 2
-        if segments[middle, 0] <= i:
-            low = middle + 1
-        else:
-            high = middle
-    if low == 0 or i >= segments[low - 1, 0] + segments[low - 1, 1] * segments[low - 1, 2]:
+    last = last_starting_by(i, segments)
+    if last < 0 or i >= segments[last, 0] + segments[last, 1] * segments[last, 2]:
         return -1
-    return low - 1
+    return last
 
 
 @njit(cache=True, nogil=True)
