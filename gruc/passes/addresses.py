@@ -1,7 +1,7 @@
 """The memory plan's compiled kernels: a variable's runs on tiles, and element addresses.
 
 A plan stores, per run of consecutive elements of a variable on one tile, where the run starts
-(:class:`~gruc.passes.plan_memory.MemoryPlan`); a per-element table of the whole module would hold
+(:class:`~gruc.passes.memory_plan.MemoryPlan`); a per-element table of the whole module would hold
 hundreds of millions of addresses for a long sequence.  A variable whose element tiles repeat
 row after row (a sequence laid out alike at every step: :func:`repeats_rows`) stores the runs of
 its first row only, each with the bytes one row adds on its tile — so a sequence of 2,000 steps

@@ -1,0 +1,293 @@
+"""The memory plan a ``plan-memory`` pass makes, and its queries: blocks, per-tile figures, and the
+address of any view's elements.
+
+The layout rule and the allocation are described in :mod:`gruc.passes.plan_memory`; this module
+is what the rest of the compiler reads (lowering asks for addresses, indices and runs; the
+report for per-tile figures).  Addresses come from the plan's runs by the compiled walks of
+:mod:`gruc.passes.addresses`, never from a per-element table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from gruc.errors import GrucValueError
+from gruc.ir.layout import ConcatOp, Strided
+from gruc.ir.tensor import Tensor
+from gruc.passes.addresses import fill_addresses
+from gruc.passes.liveness import Liveness
+
+__all__ = ["MemoryPlan", "TileOverflow"]
+
+_NO_IDS = np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class TileOverflow:
+    """A tile whose planned memory exceeds its capacity."""
+
+    tile: int
+    bytes: int
+    """Highest allocated address on the tile (total including gaps)."""
+    capacity: int
+    largest: tuple[tuple[str, int], ...]
+    """The largest variables on the tile: ``(name, bytes on this tile)``, largest first."""
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{name} ({nbytes} B)" for name, nbytes in self.largest)
+        return (f"tile {self.tile} needs {self.bytes} bytes but has {self.capacity} "
+                f"(largest tensors there: {shown})")
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryPlan:
+    """Where every allocated variable lives: one block per (variable, tile), and per-tile totals.
+
+    Block arrays are parallel, sorted by (variable, tile).  Per-tile arrays have one entry per
+    tile of the target.  All arrays are read-only.
+    """
+
+    liveness: Liveness
+    num_tiles: int
+    capacity: int
+    """Bytes per tile (``target.bytes_per_tile``)."""
+    alignment: int
+    block_variable: np.ndarray
+    block_tile: np.ndarray
+    block_offset: np.ndarray
+    block_nbytes: np.ndarray
+    """Exact bytes of each block (``count * dtype.size``)."""
+    block_size: np.ndarray
+    """Bytes each block is accounted at (``block_nbytes`` rounded up to ``alignment``)."""
+    always_live_bytes: np.ndarray
+    not_always_live_bytes: np.ndarray
+    """Per tile: peak over steps of the bytes of the not-always-live blocks live at the step."""
+    total_bytes: np.ndarray
+    """Per tile: the highest allocated address (gaps included)."""
+    tiles_over_capacity: tuple[TileOverflow, ...]
+    allocated: frozenset[int]
+    """Indices of the variables that received blocks."""
+    num_signatures: int
+    """Distinct tile signatures actually planned (the rest reused a plan)."""
+    _graph: object = field(repr=False)
+    _runs: np.ndarray = field(repr=False)
+    """Runs of consecutive elements of a variable on one tile, sorted by global id (variables own
+    increasing id ranges), one row each: first id, length, tile, byte offset on the tile, element
+    size, and the bytes a row of the variable adds on that tile (a row is one cache line's read
+    when a walk looks a run up).  Every address query walks these (:meth:`element_addresses`):
+    a per-element table of the whole module would hold hundreds of millions of addresses for a
+    long sequence.  A variable whose rows are laid out alike has runs for its first row only."""
+    _segments: np.ndarray = field(repr=False)
+    """One row per allocated variable, by first id: first id, period (elements of a row whose
+    runs ``_runs`` holds, all of them if its rows are not laid out alike), rows."""
+
+    # ---- queries --------------------------------------------------------------------------------
+    @property
+    def fits(self) -> bool:
+        return not self.tiles_over_capacity
+
+    @property
+    def max_total_bytes(self) -> int:
+        return int(self.total_bytes.max()) if self.num_tiles else 0
+
+    def _block_index(self, variable: int) -> tuple[int, int]:
+        lo = int(np.searchsorted(self.block_variable, variable, side="left"))
+        hi = int(np.searchsorted(self.block_variable, variable, side="right"))
+        return lo, hi
+
+    def blocks(self, variable: int) -> list[tuple[int, int, int]]:
+        """``(tile, offset, nbytes)`` of each block of ``variable`` (an index), by tile."""
+        lo, hi = self._block_index(variable)
+        return list(zip(self.block_tile[lo:hi].tolist(), self.block_offset[lo:hi].tolist(),
+                        self.block_nbytes[lo:hi].tolist()))
+
+    def offset(self, variable: int, tile: int) -> int:
+        """Byte offset on ``tile`` of ``variable``'s block there."""
+        lo, hi = self._block_index(variable)
+        at = lo + int(np.searchsorted(self.block_tile[lo:hi], tile))
+        if at >= hi or self.block_tile[at] != tile:
+            name = self._graph.variables[variable].name
+            raise GrucValueError(f"variable {name!r} has no elements on tile {tile}")
+        return int(self.block_offset[at])
+
+    def tile_blocks(self, tile: int) -> list[tuple[str, int, int, bool]]:
+        """``(variable name, offset, nbytes, always_live)`` of every block on ``tile``, by offset."""
+        keep = np.flatnonzero(self.block_tile == tile)
+        keep = keep[np.lexsort((self.block_variable[keep], self.block_offset[keep]))]
+        always = self.liveness.always_live
+        return [(self._graph.variables[v].name, off, nb, v in always) for v, off, nb in
+                zip(self.block_variable[keep].tolist(), self.block_offset[keep].tolist(),
+                    self.block_nbytes[keep].tolist())]
+
+    def id_addresses(self, ids: np.ndarray, tile_stride: int | None = None) -> np.ndarray:
+        """Byte address of each global element id in ``ids`` (int64); see :meth:`element_addresses`."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        result = np.empty(len(ids), dtype=np.int64)
+        self._fill(ids, 0, (len(ids),), (0,), tile_stride, 1, result, 0, (1,), _NO_IDS)
+        return result
+
+    def element_addresses(self, tensor: Tensor, tile_stride: int | None = None) -> np.ndarray:
+        """Byte address of each element of ``tensor``'s flattened view, as int64:
+        ``tile * tile_stride + offset + rank * dtype.size`` (``tile_stride`` defaults to the
+        target's ``bytes_per_tile``; lowering passes its packed stride)."""
+        return self._tensor_into(tensor, tile_stride, 1, None)
+
+    def element_indices(self, tensor: Tensor, tile_stride: int) -> np.ndarray:
+        """:meth:`element_addresses` divided by the element size: the typed index of each element
+        in a memory laid out tile after tile, ``tile_stride`` bytes apart (what lowering needs)."""
+        return self._tensor_into(tensor, tile_stride, tensor.dtype.size, None)
+
+    def index_runs(self, tensor: Tensor, tile_stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`element_indices` as its runs of consecutive indices: the flat position where
+        each run begins (ascending, from 0) and its first index — as many numbers as the tensor
+        has runs, not elements (a slice group's bases are a long sequence's columns: a run or two
+        per row)."""
+        return self._index_runs(tensor, tile_stride, None)
+
+    def row_index_runs(self, tensor: Tensor, tile_stride: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`index_runs` of ``tensor``'s first row (index 0 of its first dim) and how far
+        each run's indices move a row, when every row is the first moved run by run — a view
+        stepping through a sequence laid out alike at every step (its ids a whole number of
+        periods apart in one such variable, part by part for a concatenation along a later dim).
+        Row ``r`` of run ``k`` then starts at ``firsts[k] + r * moves[k]``.  None otherwise, or
+        for fewer than two rows: a caller wanting a long sequence's slices without listing every
+        row's runs falls back to :meth:`index_runs`."""
+        if tensor.rank < 2 or tensor.shape[0] < 2 or not self._rows_step_by_periods(tensor):
+            return None
+        positions, firsts = self._index_runs(tensor, tile_stride, 2)  # the first two rows
+        row = tensor.num_elements // tensor.shape[0]
+        second = int(np.searchsorted(positions, row))
+        next_positions, next_firsts = positions[second:] - row, firsts[second:]
+        if second == len(positions) or positions[second] != row:  # a run going on into row 1
+            next_positions = np.concatenate(([0], next_positions))
+            next_firsts = np.concatenate(([firsts[second - 1] + row - positions[second - 1]],
+                                          next_firsts))
+        if len(next_positions) != second or np.any(next_positions != positions[:second]):
+            return None  # the rows' runs are cut differently: no fixed move
+        return positions[:second], firsts[:second], next_firsts - firsts[:second]
+
+    def _rows_step_by_periods(self, tensor: Tensor) -> bool:
+        """Whether each element's id moves a whole number of its variable's periods a row, within
+        one variable whose rows are laid out alike (so its address moves by a fixed amount)."""
+        if isinstance(tensor.op, ConcatOp) and tensor.op.dim != 0:
+            return all(self._rows_step_by_periods(part) for part in tensor.sources)
+        layout = tensor.layout()
+        if not isinstance(layout, Strided) or not tensor.num_elements:
+            return False
+        reach = [(size - 1) * stride for size, stride in zip(tensor.shape, layout.strides)]
+        lowest = layout.offset + sum(min(0, r) for r in reach)
+        highest = layout.offset + sum(max(0, r) for r in reach)
+        segments = self._segment_list
+        segment = bisect.bisect_right(segments, (lowest, math.inf)) - 1
+        if segment < 0:
+            return False
+        first, period, rows = segments[segment]
+        return highest < first + period * rows and layout.strides[0] % period == 0
+
+    @cached_property
+    def _segment_list(self) -> list[tuple[int, int, int]]:
+        """``_segments`` as Python numbers, for lookups one view part at a time."""
+        return list(map(tuple, self._segments.tolist()))
+
+    def _index_runs(self, tensor: Tensor, tile_stride: int, rows: int | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`index_runs` of ``tensor``, or of its first ``rows`` rows (see :meth:`_place`)."""
+        capacity = (tensor.num_elements if rows is None
+                    else tensor.num_elements // tensor.shape[0] * rows) + 1
+        positions, firsts = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions, rows)
+        positions, firsts = positions[:count], firsts[:count]
+        if count > 1 and np.any(positions[1:] < positions[:-1]):  # parts of a concatenation
+            order = np.argsort(positions, kind="stable")  # along an inner dim, interleaved
+            positions, firsts = positions[order], firsts[order]
+            begins = np.ones(count, dtype=bool)
+            begins[1:] = firsts[1:] - firsts[:-1] != positions[1:] - positions[:-1]
+            positions, firsts = positions[begins], firsts[begins]
+        return positions.copy(), firsts.copy()
+
+    def _tensor_into(self, tensor: Tensor, tile_stride: int | None, unit: int,
+                     out: np.ndarray | None, run_places: np.ndarray = _NO_IDS,
+                     rows: int | None = None) -> np.ndarray | int:
+        """``out`` (made if None) filled with the addresses of ``tensor`` (or of its first
+        ``rows`` rows), or, with ``run_places``, with where its runs begin: then the number of
+        runs is returned."""
+        shape = (tensor.shape if rows is None else (rows, *tensor.shape[1:])) or (1,)
+        if out is None:
+            out = np.empty(tensor.num_elements, dtype=np.int64)
+        places = [1]  # row-major element strides of ``out``
+        for size in shape[:0:-1]:
+            places.insert(0, places[0] * size)
+        runs = self._place(tensor, shape, tile_stride, unit, out, 0, tuple(places), run_places, 0,
+                           rows)
+        return runs if len(run_places) else out
+
+    def _place(self, tensor: Tensor, shape: tuple[int, ...], tile_stride: int | None, unit: int,
+               out: np.ndarray, at: int, places: tuple[int, ...], run_places: np.ndarray,
+               written: int, rows: int | None) -> int:
+        """Write the addresses of ``tensor`` (viewed as ``shape``) into ``out`` from ``at``, its
+        elements ``places`` apart per dim; or, with ``run_places``, where its runs begin, after
+        the ``written`` runs there: returns how many runs are there then.  With ``rows``, only
+        its first ``rows`` rows (index < ``rows`` of its first dim, no view of them made), for a
+        tensor of strided parts concatenated along later dims (:meth:`_rows_step_by_periods`)."""
+        if isinstance(tensor.op, ConcatOp):  # part by part, each straight into its place: the
+            # parts are mostly strided, and a long sequence's per-tile column picks would
+            # otherwise list every id of the sequence
+            dim = tensor.op.dim
+            for part in tensor.sources:
+                part_shape = part.shape if rows is None else (rows, *part.shape[1:])
+                written = self._place(part, part_shape, tile_stride, unit, out, at, places,
+                                      run_places, written, rows)
+                at += part_shape[dim] * places[dim]
+            return written
+        layout = tensor.layout()
+        if isinstance(layout, Strided):  # walked in the kernel: no id array is materialised
+            ids, offset, strides = _NO_IDS, layout.offset, layout.strides or (0,)
+        else:
+            ids, offset, strides = np.ascontiguousarray(layout, dtype=np.int64).reshape(-1), 0, \
+                (0,) * len(shape)
+        if len(run_places):
+            return written + self._fill(ids, offset, shape, strides, tile_stride, unit,
+                                        out[written:], at, places, run_places[written:])
+        self._fill(ids, offset, shape, strides, tile_stride, unit, out, at, places, _NO_IDS)
+        return 0
+
+    def _fill(self, ids: np.ndarray, offset: int, shape: tuple[int, ...],
+              strides: tuple[int, ...], tile_stride: int | None, unit: int, out: np.ndarray,
+              at: int, places: tuple[int, ...], run_places: np.ndarray) -> int:
+        """Addresses (divided by ``unit``) of the elements named by ``ids`` or, if that is empty,
+        by the strided view ``(offset, shape, strides)``, placed as :meth:`_place` says: one
+        compiled pass over the runs.  Returns how many runs it wrote (with ``run_places``)."""
+        stride = self.capacity if tile_stride is None else int(tile_stride)
+        as_array = (lambda values: np.array(values, dtype=np.int64))
+        bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), self._runs,
+                                   self._segments, stride, unit, out, at, as_array(places),
+                                   run_places)
+        if bad >= 0:
+            bad_id = int(ids[bad]) if len(ids) else \
+                offset + int(np.dot(np.unravel_index(bad, shape), strides))
+            variable = self._graph.variables[int(self._graph.variable_of_id(np.array([bad_id]))[0])]
+            raise GrucValueError(f"variable {variable.name!r} has no memory in this plan (it is "
+                                 "not used by the module and not fully mapped)")
+        return runs
+
+    def summary(self) -> str:
+        """A few lines: bytes per category and tiles that do not fit."""
+        used = self.total_bytes > 0
+        lines = [f"memory plan: {int(used.sum())} of {self.num_tiles} tiles used, "
+                 f"{len(self.allocated)} variables, {len(self.block_variable)} blocks, "
+                 f"{self.num_signatures} distinct tile layouts",
+                 f"  always-live bytes     total {int(self.always_live_bytes.sum())}, "
+                 f"max/tile {int(self.always_live_bytes.max(initial=0))}",
+                 f"  not-always-live peak  total {int(self.not_always_live_bytes.sum())}, "
+                 f"max/tile {int(self.not_always_live_bytes.max(initial=0))}",
+                 f"  total incl. gaps      max/tile {self.max_total_bytes} of {self.capacity}"]
+        if self.tiles_over_capacity:
+            lines.append(f"  {len(self.tiles_over_capacity)} tile(s) over capacity, e.g. "
+                         f"{self.tiles_over_capacity[0]}")
+        return "\n".join(lines)
