@@ -4,7 +4,9 @@ A :class:`Graph` is built for one :class:`~gruc.target.Target` and changes only 
 methods, which check their arguments and say what was wrong.  Tile mappings are kept per element
 in one growable int32 array indexed by global element id, so mapping any view — a slice of a
 million-element tensor, a transpose, a concatenation of several variables — is one numpy gather
-and a run-length compression (``get_tile_mapping``).
+and a run-length compression (``get_tile_mapping``).  The graph also remembers which variables
+were mapped whole, and which of those from one row's tiles (a sequence laid out alike at every
+step), so that checks and the memory plan need not read a long sequence's tiles again.
 """
 
 from __future__ import annotations
@@ -162,6 +164,11 @@ class Graph:
         self._tile_of_id = np.zeros(1024, dtype=np.int32)
         self._num_ids = 0
         self._variable_starts = np.zeros(0, dtype=np.int64)
+        self._mapped_whole: set[int] = set()
+        """Variables every element of which has a tile (mapping only adds tiles: never undone)."""
+        self._rows_alike: set[int] = set()
+        """Variables whose rows all got their first row's tiles in one mapping of the whole
+        variable, not changed in part since (see :meth:`rows_alike`)."""
         self.effects_memo: dict[int, tuple] = {}
         """The effects of program steps over this graph, shared by every
         :class:`~gruc.ir.effects.EffectTable` of it (analyses ask about the same steps often)."""
@@ -194,6 +201,9 @@ class Graph:
         copy = self.add_variable(tensor.dtype, tensor.shape, name)
         copy_tiles = self._tile_of_id[copy.first_id:copy.first_id + copy.num_elements]
         copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # ids not listed
+        if self.is_fully_mapped(tensor):
+            self._mapped(copy, copy.first_id, self._whole_variable(tensor, tensor.contiguous_start())
+                         in self._rows_alike)
         return copy
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
@@ -273,6 +283,7 @@ class Graph:
             self._tile_of_id[tensor.flat_ids()] = tiles
         else:  # one run of ids: written without listing them
             self._tile_of_id[start:start + count] = tiles
+        self._mapped(tensor, start, isinstance(tiles, int))
 
     def _set_element_tiles(self, tensor: Tensor, tiles: np.ndarray) -> None:
         """``set_tile_mapping`` with the tile of each element, broadcast over ``tensor``."""
@@ -291,6 +302,39 @@ class Graph:
             self._tile_of_id[tensor.flat_ids()] = np.broadcast_to(tiles, tensor.shape).reshape(-1)
         else:  # broadcast straight into the table: a long sequence's tiles are written once
             self._tile_of_id[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
+        self._mapped(tensor, start, tiles.ndim < tensor.rank or bool(tiles.ndim)
+                     and tiles.shape[0] == 1)
+
+    def _mapped(self, tensor: Tensor, start: int | None, rows_alike: bool) -> None:
+        """Record a mapping just written for every element of ``tensor`` (whose ids start at
+        ``start`` if consecutive), with ``rows_alike`` if every row got the same tiles: a whole
+        variable so mapped is known to be fully mapped, and to have rows alike, without reading
+        its tiles again (a long sequence's table is hundreds of MB); any part of a variable
+        mapped anew forgets that its rows were alike."""
+        whole = self._whole_variable(tensor, start)
+        for variable in tensor.variables():
+            if variable.index != whole:
+                self._rows_alike.discard(variable.index)
+        if whole is not None:
+            self._mapped_whole.add(whole)
+            (self._rows_alike.add if rows_alike else self._rows_alike.discard)(whole)
+
+    @staticmethod
+    def _whole_variable(tensor: Tensor, start: int | None) -> int | None:
+        """The index of the variable ``tensor`` is, element for element in order (its ids
+        consecutive from ``start``), or None."""
+        variables = tensor.variables()
+        if len(variables) != 1 or start != variables[0].first_id \
+                or tensor.num_elements != variables[0].num_elements:
+            return None
+        return variables[0].index
+
+    def rows_alike(self, variable: Variable) -> bool:
+        """Whether every row of ``variable`` (index of its first dim) is known to have its first
+        row's tiles: mapped whole from one row's tiles (a sequence laid out alike at every step,
+        as ``set_tile_mapping`` with a row's tile array maps it) or onto one tile, or cloned from
+        such a variable, and no part of it mapped anew since.  False says only "not known"."""
+        return self._own(variable).index in self._rows_alike
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements."""
@@ -316,7 +360,16 @@ class Graph:
         return self._tile_of_id[ids]
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
-        return bool(np.all(self.element_tiles(tensor) != UNMAPPED))
+        """Whether every element of ``tensor`` has a tile: known without reading its tiles when
+        its variables were each mapped (or found mapped) whole."""
+        variables = self._own(tensor).variables()
+        if all(variable.index in self._mapped_whole for variable in variables):
+            return True
+        mapped = bool(np.all(self.element_tiles(tensor) != UNMAPPED))
+        whole = self._whole_variable(tensor, tensor.contiguous_start())
+        if mapped and whole is not None:
+            self._mapped_whole.add(whole)
+        return mapped
 
     def map_tensor_linearly(self, tensor: Tensor, min_elements_per_tile: int | None = None,
                             grain_size: int | None = None) -> None:
@@ -342,9 +395,10 @@ class Graph:
         if start is None:
             tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
             self._tile_of_id[tensor.flat_ids()] = tiles
-            return
-        for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            self._tile_of_id[start + begin:start + end] = tile
+        else:
+            for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+                self._tile_of_id[start + begin:start + end] = tile
+        self._mapped(tensor, start, len(bounds) <= 2)
 
     def detect_innermost_grouping(self, tensor: Tensor) -> int:
         """poplibs' ``detectInnermostGrouping``: how many innermost elements stay together.

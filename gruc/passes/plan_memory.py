@@ -70,13 +70,15 @@ def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> in
     return int(gap_start[fits[0]]) if len(fits) else int(reach[-1])
 
 
-def _period(variable, tiles: np.ndarray) -> int:
+def _period(graph, variable, tiles: np.ndarray) -> int:
     """Elements of a row of ``variable`` if every row (index of its first dim) has the first
     row's element tiles, else all its elements: a sequence laid out alike at every step is
-    planned, and its addresses looked up, from one step's runs."""
+    planned, and its addresses looked up, from one step's runs.  The graph knows it of a
+    variable mapped from one row's tiles (no need to read hundreds of MB of tiles); any other
+    variable's tiles are compared row with row, up to the first difference."""
     if variable.rank > 1 and variable.shape[0] > 1:
         row = variable.num_elements // variable.shape[0]
-        if repeats_rows(tiles, row):
+        if graph.rows_alike(variable) or repeats_rows(tiles, row):
             return row
     return variable.num_elements
 
@@ -130,7 +132,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     allocated = [index for index, variable in enumerate(graph.variables)
                  if variable.num_elements and index in liveness.used]
     tiles_of = [graph.element_tiles(graph.variables[index]) for index in allocated]
-    periods = [_period(graph.variables[index], tiles) for index, tiles in zip(allocated, tiles_of)]
+    periods = [_period(graph, graph.variables[index], tiles)
+               for index, tiles in zip(allocated, tiles_of)]
     counts = [count_runs(tiles[:period]) for tiles, period in zip(tiles_of, periods)]
     run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
     runs = np.empty((run_at[-1], 6), dtype=np.int64)

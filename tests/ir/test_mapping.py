@@ -248,3 +248,38 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
     for k, v in enumerate(variables):
         np.testing.assert_array_equal(g.element_tiles(v), (np.arange(700 + k) + k) % 16)
     assert len(g._tile_of_id) >= g._num_ids > 5000
+
+
+def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are_mapped():
+    """Rows alike: mapped whole from one row's tiles or onto one tile, or cloned from such a
+    variable — forgotten as soon as any part is mapped anew; never claimed for a mapping that
+    only happens to repeat.  Fully mapped: known from whole mappings, or found once by reading
+    the tiles of the whole variable, never from a view that covers as many elements as the
+    variable but not all of them."""
+    g = Graph(T16)
+    seq = g.add_variable(FLOAT, [5, 2, 3], "seq")
+    assert not g.rows_alike(seq) and not g.is_fully_mapped(seq)
+    g.set_tile_mapping(seq, np.arange(6).reshape(2, 3))
+    assert g.rows_alike(seq) and g.is_fully_mapped(seq)
+    copy = g.clone(seq, "copy")
+    assert g.rows_alike(copy) and g.is_fully_mapped(copy)
+    g.set_tile_mapping(seq[4, 1, 2], 9)  # one element elsewhere: rows differ now
+    assert not g.rows_alike(seq) and g.rows_alike(copy)
+    assert not g.rows_alike(g.clone(seq[0:2], "part"))  # a view's clone: not known
+    one_tile = g.add_variable(FLOAT, [4, 2], "one_tile")
+    g.set_tile_mapping(one_tile, 3)
+    assert g.rows_alike(one_tile)
+    intervals = g.add_variable(FLOAT, [2, 2], "intervals")  # repeating, but given per element
+    g.set_tile_mapping(intervals, TileMapping.from_element_tiles(np.array([1, 2, 1, 2])))
+    assert not g.rows_alike(intervals) and g.is_fully_mapped(intervals)
+    spread = g.add_variable(FLOAT, [64, 8], "spread")
+    g.map_tensor_linearly(spread)
+    assert not g.rows_alike(spread) and g.is_fully_mapped(spread)
+
+    halves = g.add_variable(FLOAT, [4], "halves")
+    g.set_tile_mapping(halves[0:2], 1)
+    twice = concat([halves[0:2], halves[0:2]])  # four elements of halves, two of them twice
+    assert g.is_fully_mapped(twice) and not g.is_fully_mapped(halves)
+    assert not g.rows_alike(halves)
+    g.set_tile_mapping(halves[2:4], 2)
+    assert g.is_fully_mapped(halves)  # found by reading its tiles
