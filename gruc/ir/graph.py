@@ -329,12 +329,21 @@ class Graph:
             return None
         return variables[0].index
 
-    def rows_alike(self, variable: Variable) -> bool:
-        """Whether every row of ``variable`` (index of its first dim) is known to have its first
-        row's tiles: mapped whole from one row's tiles (a sequence laid out alike at every step,
-        as ``set_tile_mapping`` with a row's tile array maps it) or onto one tile, or cloned from
-        such a variable, and no part of it mapped anew since.  False says only "not known"."""
-        return self._own(variable).index in self._rows_alike
+    def rows_alike(self, tensor: Tensor) -> bool:
+        """Whether every row of ``tensor`` (index of its first dim) is known to have its first
+        row's tiles.  A variable is known so if mapped whole from one row's tiles (a sequence
+        laid out alike at every step, as ``set_tile_mapping`` with a row's tile array maps it)
+        or onto one tile, or cloned from such a variable, and no part of it mapped anew since; a
+        strided view of one such variable if its rows are whole rows of the variable apart.
+        False says only "not known"."""
+        variables = self._own(tensor).variables()
+        if len(variables) != 1 or variables[0].index not in self._rows_alike:
+            return False
+        layout, variable = tensor.layout(), variables[0]
+        if tensor.is_variable or variable.num_elements <= 1:  # (every row: its one element)
+            return True
+        return isinstance(layout, Strided) and tensor.rank > 0 and \
+            layout.strides[0] % (variable.num_elements // variable.shape[0]) == 0
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements."""

@@ -82,8 +82,13 @@ def _columns(t: Tensor, dims: tuple[int, ...]) -> Tensor:
     return moved.reshape([t.shape[d] for d in dims] + [columns])
 
 
-def _column_tiles(graph: Graph, base: Tensor) -> tuple[np.ndarray, bool]:
-    """Home tile of every column of ``base`` (``[N..., M]``) and whether whole columns are there."""
+def _column_tiles(graph: Graph, t: Tensor, dims: tuple[int, ...]) -> tuple[np.ndarray, bool]:
+    """Home tile of every column of ``t``'s columns view (``[N..., M]``) and whether whole columns
+    are there: known without reading every row when ``t`` is sliced along its first dim and the
+    graph knows its rows are alike (a sequence)."""
+    base = _columns(t, dims)
+    if dims == (0,) and graph.rows_alike(t):
+        return graph.element_tiles(base[0]), True
     tiles = graph.element_tiles(base).reshape(-1, base.shape[-1])
     return tiles[0], bool(np.all(tiles == tiles[0]))
 
@@ -143,7 +148,7 @@ def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
     for d, s in zip(dims, sizes):
         ends[d] = s
     out = graph.clone(t.slice([0] * t.rank, ends), name or "dynamic_slice")
-    home, whole = _column_tiles(graph, _columns(t, dims))
+    home, whole = _column_tiles(graph, t, dims)
     if not whole:
         _map_columns_home(graph, out, dims, home)
     cs = graph.add_compute_set(name or "dynamic_slice")
@@ -178,7 +183,7 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
                GrucValueError, f"dynamic_update {role} shares elements with the updated tensor")
     expect(not any(v.is_constant for v in t.variables()), GrucValueError,
            "dynamic_update cannot write into a constant")
-    home, whole = _column_tiles(graph, _columns(t, dims))
+    home, whole = _column_tiles(graph, t, dims)
     target = t
     if not whole:
         target = graph.add_variable(t.dtype, t.shape, f"{name or 'dynamic_update'}/staging")

@@ -9,8 +9,6 @@ report for per-tile figures).  Addresses come from the plan's runs by the compil
 
 from __future__ import annotations
 
-import bisect
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -177,23 +175,16 @@ class MemoryPlan:
         one variable whose rows are laid out alike (so its address moves by a fixed amount)."""
         if isinstance(tensor.op, ConcatOp) and tensor.op.dim != 0:
             return all(self._rows_step_by_periods(part) for part in tensor.sources)
-        layout = tensor.layout()
-        if not isinstance(layout, Strided) or not tensor.num_elements:
+        layout, variables = tensor.layout(), tensor.variables()
+        if not isinstance(layout, Strided) or len(variables) != 1 or not tensor.num_elements:
             return False
-        reach = [(size - 1) * stride for size, stride in zip(tensor.shape, layout.strides)]
-        lowest = layout.offset + sum(min(0, r) for r in reach)
-        highest = layout.offset + sum(max(0, r) for r in reach)
-        segments = self._segment_list
-        segment = bisect.bisect_right(segments, (lowest, math.inf)) - 1
-        if segment < 0:
-            return False
-        first, period, rows = segments[segment]
-        return highest < first + period * rows and layout.strides[0] % period == 0
+        period = self._period_of.get(variables[0].first_id)
+        return period is not None and layout.strides[0] % period == 0
 
     @cached_property
-    def _segment_list(self) -> list[tuple[int, int, int]]:
-        """``_segments`` as Python numbers, for lookups one view part at a time."""
-        return list(map(tuple, self._segments.tolist()))
+    def _period_of(self) -> dict[int, int]:
+        """The period of each variable whose rows are laid out alike, by its first id."""
+        return {first: period for first, period, rows in self._segments.tolist() if rows > 1}
 
     def _index_runs(self, tensor: Tensor, tile_stride: int, rows: int | None
                     ) -> tuple[np.ndarray, np.ndarray]:

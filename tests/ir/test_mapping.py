@@ -263,12 +263,18 @@ def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are
     assert g.rows_alike(seq) and g.is_fully_mapped(seq)
     copy = g.clone(seq, "copy")
     assert g.rows_alike(copy) and g.is_fully_mapped(copy)
+    assert g.rows_alike(copy[1:4]) and g.rows_alike(copy.reshape([5, 6])[::2])
+    assert not g.rows_alike(copy.reshape([10, 3])) and not g.rows_alike(copy.dim_shuffle([1, 0, 2]))
+    assert not g.rows_alike(concat([seq, copy], 1))  # two variables: not known
     g.set_tile_mapping(seq[4, 1, 2], 9)  # one element elsewhere: rows differ now
     assert not g.rows_alike(seq) and g.rows_alike(copy)
     assert not g.rows_alike(g.clone(seq[0:2], "part"))  # a view's clone: not known
     one_tile = g.add_variable(FLOAT, [4, 2], "one_tile")
     g.set_tile_mapping(one_tile, 3)
     assert g.rows_alike(one_tile)
+    scalar = g.add_variable(FLOAT, [], "scalar")
+    g.set_tile_mapping(scalar, 3)
+    assert g.rows_alike(scalar.broadcast_to([4, 2]))  # every row the one element
     intervals = g.add_variable(FLOAT, [2, 2], "intervals")  # repeating, but given per element
     g.set_tile_mapping(intervals, TileMapping.from_element_tiles(np.array([1, 2, 1, 2])))
     assert not g.rows_alike(intervals) and g.is_fully_mapped(intervals)
