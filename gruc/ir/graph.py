@@ -12,8 +12,6 @@ step), so that checks and the memory plan need not read a long sequence's tiles 
 from __future__ import annotations
 
 import math
-import mmap
-import sys
 from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,10 +20,11 @@ import numpy as np
 
 from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
                          GrucValueError, expect)
-from gruc.ir.layout import Strided, strided_view
+from gruc.ir.layout import Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int
+from gruc.ir.tile_table import TileTable
 from gruc.ir.vertices import Direction, VertexKind, vertex_kind
 from gruc.target import Target
 from gruc.types import DType, dtype_of
@@ -98,55 +97,6 @@ def to_storage(values: np.ndarray, dtype: DType, what: str) -> np.ndarray:
     return stored
 
 
-TABLE_RESERVE = 1 << 30
-"""Element ids a graph's tile table reserves address space for at once (4 GB of it, no memory)."""
-_MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
-_MADV_POPULATE_WRITE = 23 if sys.platform.startswith("linux") else None
-PREFAULT_BYTES = 64 << 20
-"""Fault in at least this many bytes of new table rows in one system call before writing them."""
-
-
-def _prefault(table: np.ndarray, begin: int, end: int) -> None:
-    """Fault in the pages of ``table[begin:end]`` with one ``madvise`` (Linux 5.14+) instead of a
-    fault per page while writing: 2-3x faster on this project's VMs, where a first touch of memory
-    is slow (0.25 s for 940 MB, against 0.7 s).  Elsewhere, or refused, the write faults them."""
-    memory = table.base
-    if _MADV_POPULATE_WRITE is None or not isinstance(memory, mmap.mmap) \
-            or (end - begin) * 4 < PREFAULT_BYTES:
-        return
-    first = begin * 4 // mmap.PAGESIZE * mmap.PAGESIZE
-    try:
-        memory.madvise(_MADV_POPULATE_WRITE, first, end * 4 - first)
-    except OSError:
-        pass
-
-
-def _tile_table(size: int) -> np.ndarray:
-    """An int32 array of at least ``size`` for the tile table (zeros, no page touched yet), in
-    ordinary pages, as long as :data:`TABLE_RESERVE` where the system lets a process reserve that
-    much address space (on Linux; elsewhere the table is ``size`` long and grows by doubling).
-
-    Reserved address space costs nothing until written, and a table that never outgrows it is
-    never copied: at S=2,000 the last doubling copied 940 MB into fresh pages, 3.3 s of a 5.8 s
-    build on this project's VMs, where first touches of memory are slow.  Where the reservation
-    is refused (strict overcommit), the table is ``size`` long and grows by doubling.
-
-    numpy asks the kernel for huge pages for every array over 4 MB, and where the kernel must
-    compact memory to find one (``defrag=madvise``, as on this project's machines) a huge page's
-    first touch costs 2-3 ms: a long sequence's table (hundreds of MB, written once, front to
-    back) took 3-4 s of a 7 s build at S=2,000, and 0.3 s in ordinary pages.  An anonymous
-    private map gets huge pages only if asked (or where the kernel gives them to every map)."""
-    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    attempts = [(max(size, TABLE_RESERVE), _MAP_NORESERVE)] if _MAP_NORESERVE else []
-    for length, extra in attempts + [(max(size, 1), 0)]:
-        try:
-            memory = mmap.mmap(-1, length * 4, **({"flags": flags | extra} if flags else {}))
-        except (OSError, OverflowError):
-            continue
-        return np.frombuffer(memory, dtype=np.int32)
-    raise MemoryError(f"no memory for the tile table of {size} elements")
-
-
 class Graph:
     """A dataflow graph for one target (Poplar ``Graph``)."""
 
@@ -161,8 +111,7 @@ class Graph:
         self.functions: list[Function] = []
         self.host_writes: dict[str, Tensor] = {}
         self.host_reads: dict[str, Tensor] = {}
-        self._tile_of_id = np.zeros(1024, dtype=np.int32)
-        self._num_ids = 0
+        self._table = TileTable()
         self._variable_starts = np.zeros(0, dtype=np.int64)
         self._mapped_whole: set[int] = set()
         """Variables every element of which has a tile (mapping only adds tiles: never undone)."""
@@ -199,11 +148,15 @@ class Graph:
     def clone(self, tensor: Tensor, name: str = "") -> Variable:
         """A new variable shaped, typed and mapped like ``tensor`` (Poplar ``clone``)."""
         copy = self.add_variable(tensor.dtype, tensor.shape, name)
-        copy_tiles = self._tile_of_id[copy.first_id:copy.first_id + copy.num_elements]
-        copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # ids not listed
+        rows_alike = self.rows_alike(tensor)
+        if rows_alike and self._table.repeating_row(copy.first_id):  # one row stored
+            self._write_rows(copy, self.element_tile_view(tensor[0]))
+        else:
+            self._table.forget_rows(copy.first_id)
+            copy_tiles = self._table.array[copy.first_id:copy.first_id + copy.num_elements]
+            copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # no ids
         if self.is_fully_mapped(tensor):
-            self._mapped(copy, copy.first_id, self._whole_variable(tensor, tensor.contiguous_start())
-                         in self._rows_alike)
+            self._mapped(copy, copy.first_id, rows_alike)
         return copy
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
@@ -211,16 +164,10 @@ class Graph:
         if not isinstance(name, str):
             raise GrucTypeError(f"tensor name must be a string, got {name!r}")
         count = math.prod(shape)
-        needed = self._num_ids + count
-        if needed > len(self._tile_of_id):  # ids past ``needed`` are never read: left untouched,
-            grown = _tile_table(max(needed, 2 * len(self._tile_of_id)))  # no pages
-            grown[:self._num_ids] = self._tile_of_id[:self._num_ids]
-            self._tile_of_id = grown
-        _prefault(self._tile_of_id, self._num_ids, needed)
-        self._tile_of_id[self._num_ids:needed] = UNMAPPED
+        row = count // shape[0] if len(shape) > 1 and shape[0] > 1 else count  # (rows: stored once
+        first = self._table.add(count, row)  # until written in part)
         var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", len(self.variables),
-                       self._num_ids, constant)
-        self._num_ids = needed
+                       first, constant)
         self.variables.append(var)
         return var
 
@@ -277,12 +224,16 @@ class Graph:
                 unmapped = int(lengths[mapping.tiles == UNMAPPED].sum())
                 raise GrucMappingError(f"mapping leaves {unmapped} of {count} elements unmapped")
             self._check_tiles(run_tiles, "set_tile_mapping")
-            tiles = np.repeat(mapping.tiles.astype(self._tile_of_id.dtype), lengths)
+            tiles = np.repeat(mapping.tiles.astype(np.int32), lengths)
         start = tensor.contiguous_start()
-        if start is None:
-            self._tile_of_id[tensor.flat_ids()] = tiles
+        if isinstance(tiles, int) and self._writes_rows(tensor, start):
+            self._write_rows(tensor, tiles)
+        elif start is None:
+            self._before_write(tensor, start)
+            self._table.array[tensor.flat_ids()] = tiles
         else:  # one run of ids: written without listing them
-            self._tile_of_id[start:start + count] = tiles
+            self._before_write(tensor, start)
+            self._table.array[start:start + count] = tiles
         self._mapped(tensor, start, isinstance(tiles, int))
 
     def _set_element_tiles(self, tensor: Tensor, tiles: np.ndarray) -> None:
@@ -298,12 +249,41 @@ class Graph:
         if tensor.num_elements:
             self._check_tiles(tiles.reshape(-1), "set_tile_mapping")
         start = tensor.contiguous_start()
-        if start is None:
-            self._tile_of_id[tensor.flat_ids()] = np.broadcast_to(tiles, tensor.shape).reshape(-1)
+        rows_alike = tiles.ndim < tensor.rank or bool(tiles.ndim) and tiles.shape[0] == 1
+        if rows_alike and self._writes_rows(tensor, start):  # a sequence's row, written once
+            self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])
+        elif start is None:
+            self._before_write(tensor, start)
+            self._table.array[tensor.flat_ids()] = np.broadcast_to(tiles, tensor.shape).reshape(-1)
         else:  # broadcast straight into the table: a long sequence's tiles are written once
-            self._tile_of_id[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
-        self._mapped(tensor, start, tiles.ndim < tensor.rank or bool(tiles.ndim)
-                     and tiles.shape[0] == 1)
+            self._before_write(tensor, start)
+            self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
+        self._mapped(tensor, start, rows_alike)
+
+    def _writes_rows(self, tensor: Tensor, start: int | None) -> bool:
+        """Whether ``tensor`` is a variable (ids consecutive from ``start``) whose table stores one
+        row for all: a mapping of it that gives every row the same tiles writes that row only."""
+        whole = self._whole_variable(tensor, start)
+        return whole is not None and self._table.repeating_row(start) is not None
+
+    def _write_rows(self, variable: Tensor, row_tiles) -> None:
+        """Store ``row_tiles`` (a tile, or one row's tiles) as every row of ``variable``, a
+        variable whose table stores one row for all."""
+        first = variable.contiguous_start()
+        row = self._table.repeating_row(first)
+        self._table.array[first:first + row] = np.reshape(row_tiles, -1) \
+            if np.ndim(row_tiles) else row_tiles
+
+    def _before_write(self, tensor: Tensor, start: int | None) -> None:
+        """Make the table store every tile a write of all of ``tensor``'s elements touches: a
+        variable it covers whole stops repeating its first row; one covered in part stores every
+        row first (what the write leaves alone must keep its tiles)."""
+        whole = self._whole_variable(tensor, start)
+        for variable in tensor.variables():
+            if variable.index == whole:
+                self._table.forget_rows(variable.first_id)
+            else:
+                self._table.expand(variable.first_id)
 
     def _mapped(self, tensor: Tensor, start: int | None, rows_alike: bool) -> None:
         """Record a mapping just written for every element of ``tensor`` (whose ids start at
@@ -359,14 +339,13 @@ class Graph:
         reads each tile once), else gathered by the view's ids."""
         layout = self._own(tensor).layout()
         if isinstance(layout, Strided):
-            tiles = strided_view(self._tile_of_id, 0, layout, tensor.shape)
-            tiles.flags.writeable = False
-            return tiles
-        return self._tile_of_id[layout]
+            return self._table.view(layout, tensor.shape,
+                                    [variable.first_id for variable in tensor.variables()])
+        return self._table.gather(layout)
 
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """The tile of each global element id."""
-        return self._tile_of_id[ids]
+        return self._table.gather(np.asarray(ids))
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         """Whether every element of ``tensor`` has a tile: known without reading its tiles when
@@ -401,12 +380,13 @@ class Graph:
         bounds = linear_partition(tensor.num_elements, self.target.num_tiles, grain_size,
                                   min_elements_per_tile)
         start = tensor.contiguous_start()
+        self._before_write(tensor, start)
         if start is None:
             tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
-            self._tile_of_id[tensor.flat_ids()] = tiles
+            self._table.array[tensor.flat_ids()] = tiles
         else:
             for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-                self._tile_of_id[start + begin:start + end] = tile
+                self._table.array[start + begin:start + end] = tile
         self._mapped(tensor, start, len(bounds) <= 2)
 
     def detect_innermost_grouping(self, tensor: Tensor) -> int:
@@ -426,7 +406,7 @@ class Graph:
         ids = row.flat_ids()
         begins, ends = consecutive_runs(ids)
         contiguous_prefix = int(ends[0] - begins[0])
-        mapping = TileMapping.from_element_tiles(self._tile_of_id[ids])
+        mapping = TileMapping.from_element_tiles(self._table.gather(ids))
         longest_on_tile = int(np.max(mapping.ends - mapping.begins))
         grouping = math.gcd(longest_on_tile, contiguous_prefix)
         return grouping if len(ids) % grouping == 0 else 1

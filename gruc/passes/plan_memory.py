@@ -70,17 +70,19 @@ def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> in
     return int(gap_start[fits[0]]) if len(fits) else int(reach[-1])
 
 
-def _period(graph, variable, tiles: np.ndarray) -> int:
-    """Elements of a row of ``variable`` if every row (index of its first dim) has the first
-    row's element tiles, else all its elements: a sequence laid out alike at every step is
-    planned, and its addresses looked up, from one step's runs.  The graph knows it of a
-    variable mapped from one row's tiles (no need to read hundreds of MB of tiles); any other
-    variable's tiles are compared row with row, up to the first difference."""
+def _first_period(graph, variable) -> np.ndarray:
+    """The element tiles of ``variable``'s first row if every row (index of its first dim) has
+    them, else of all its elements: a sequence laid out alike at every step is planned, and its
+    addresses looked up, from one step's runs.  The graph knows it of a variable mapped from one
+    row's tiles (its other rows' tiles are never read); any other variable's tiles are compared
+    row with row, up to the first difference."""
     if variable.rank > 1 and variable.shape[0] > 1:
+        if graph.rows_alike(variable):
+            return graph.element_tiles(variable[0])
+        tiles = graph.element_tiles(variable)
         row = variable.num_elements // variable.shape[0]
-        if graph.rows_alike(variable) or repeats_rows(tiles, row):
-            return row
-    return variable.num_elements
+        return tiles[:row] if repeats_rows(tiles, row) else tiles
+    return graph.element_tiles(variable)
 
 
 def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
@@ -131,25 +133,24 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     # its rows repeat (a sequence), else over all of it; no sort, runs written in place.
     allocated = [index for index, variable in enumerate(graph.variables)
                  if variable.num_elements and index in liveness.used]
-    tiles_of = [graph.element_tiles(graph.variables[index]) for index in allocated]
-    periods = [_period(graph, graph.variables[index], tiles)
-               for index, tiles in zip(allocated, tiles_of)]
-    counts = [count_runs(tiles[:period]) for tiles, period in zip(tiles_of, periods)]
+    tiles_of = [np.ascontiguousarray(_first_period(graph, graph.variables[index]))
+                for index in allocated]
+    counts = [count_runs(tiles) for tiles in tiles_of]
     run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
     runs = np.empty((run_at[-1], 6), dtype=np.int64)
     run_first, run_length, run_tile, run_within, run_size, run_turn = runs.T
     run_block = np.empty(run_at[-1], dtype=np.int64)
-    segments = np.array([(graph.variables[index].first_id, period,
-                          graph.variables[index].num_elements // period)
-                         for index, period in zip(allocated, periods)],
+    segments = np.array([(graph.variables[index].first_id, len(tiles),
+                          graph.variables[index].num_elements // len(tiles))
+                         for index, tiles in zip(allocated, tiles_of)],
                         dtype=np.int64).reshape(-1, 3)
     blocks, first_block = [], 0
-    for index, tiles, (_, period, repeats), begin, end in zip(allocated, tiles_of, segments,
-                                                              run_at[:-1], run_at[1:]):
+    for index, tiles, (_, _, repeats), begin, end in zip(allocated, tiles_of, segments,
+                                                         run_at[:-1], run_at[1:]):
         variable = graph.variables[index]
         size = variable.dtype.size
         per_tile = np.zeros(num_tiles, dtype=np.int64)
-        unmapped = tile_runs(tiles[:period], variable.first_id, size, per_tile,
+        unmapped = tile_runs(tiles, variable.first_id, size, per_tile,
                              run_first[begin:end], run_length[begin:end], run_tile[begin:end],
                              run_within[begin:end])
         if unmapped:

@@ -220,15 +220,15 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
     every variable keeps its own mapping, and new ones start unmapped."""
     import mmap
 
-    from gruc.ir import graph as graph_module
+    from gruc.ir import tile_table as table_module
 
-    monkeypatch.setattr(graph_module, "TABLE_RESERVE", 5000)
-    monkeypatch.setattr(graph_module, "PREFAULT_BYTES", 1)
+    monkeypatch.setattr(table_module, "TABLE_RESERVE", 5000)
+    monkeypatch.setattr(table_module, "PREFAULT_BYTES", 1)
     real_mmap = mmap.mmap
 
     class Mapped(real_mmap):
         def __new__(cls, fileno, length, **kwargs):
-            if reserve == "refused" and kwargs.get("flags", 0) & graph_module._MAP_NORESERVE:
+            if reserve == "refused" and kwargs.get("flags", 0) & table_module._MAP_NORESERVE:
                 raise OSError("reservation refused")
             return real_mmap.__new__(cls, fileno, length, **kwargs)
 
@@ -237,7 +237,7 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
                 raise OSError("EINVAL")
             return super().madvise(*args)
 
-    monkeypatch.setattr(graph_module.mmap, "mmap", Mapped)
+    monkeypatch.setattr(table_module.mmap, "mmap", Mapped)
     g = Graph(T16)
     variables = []
     for k in range(12):
@@ -247,7 +247,7 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
         variables.append(v)
     for k, v in enumerate(variables):
         np.testing.assert_array_equal(g.element_tiles(v), (np.arange(700 + k) + k) % 16)
-    assert len(g._tile_of_id) >= g._num_ids > 5000
+    assert len(g._table.array) >= g._table.size > 5000
 
 
 def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are_mapped():
