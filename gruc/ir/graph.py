@@ -1,12 +1,13 @@
 """The Graph: variables, constants, tile mappings, compute sets, vertices, functions, host streams.
 
 A :class:`Graph` is built for one :class:`~gruc.target.Target` and changes only through its
-methods, which check their arguments and say what was wrong.  Tile mappings are kept per element
-in one growable int32 array indexed by global element id, so mapping any view — a slice of a
-million-element tensor, a transpose, a concatenation of several variables — is one numpy gather
-and a run-length compression (``get_tile_mapping``).  The graph also remembers which variables
-were mapped whole, and which of those from one row's tiles (a sequence laid out alike at every
-step), so that checks and the memory plan need not read a long sequence's tiles again.
+methods, which check their arguments and say what was wrong.  Tile mappings are kept in a
+:class:`~gruc.ir.tile_table.TileTable` indexed by global element id, so mapping any view — a
+slice of a million-element tensor, a transpose, a concatenation of several variables — is one
+numpy gather or strided view and a run-length compression (``get_tile_mapping``); a sequence laid
+out alike at every step is stored as one step.  The graph also remembers which variables were
+mapped whole, and which of those from one row's tiles, so that checks, copy elimination and the
+memory plan never read a long sequence's tiles row after row.
 """
 
 from __future__ import annotations
@@ -335,8 +336,8 @@ class Graph:
 
     def element_tile_view(self, tensor: Tensor) -> np.ndarray:
         """The tile of every element of ``tensor``, shaped like it: where the view is strided, a
-        read-only view of the tile table (nothing copied: a check over a long sequence's views
-        reads each tile once), else gathered by the view's ids."""
+        read-only view of the tile table where it can be (nothing copied: a check over a long
+        sequence's views reads each tile once), else gathered by the view's ids."""
         layout = self._own(tensor).layout()
         if isinstance(layout, Strided):
             return self._table.view(layout, tensor.shape,
@@ -346,6 +347,16 @@ class Graph:
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """The tile of each global element id."""
         return self._table.gather(np.asarray(ids))
+
+    def same_tiles(self, first: Tensor, second: Tensor) -> bool:
+        """Whether two views of as many elements have them on the same tiles, element by element
+        (flattened): two sequences whose rows the graph knows are alike compare first rows."""
+        if first.shape != second.shape:
+            return bool(np.array_equal(self.element_tiles(first), self.element_tiles(second)))
+        if first.rank and first.shape[0] > 1 and self.rows_alike(first) \
+                and self.rows_alike(second):
+            first, second = first[0], second[0]
+        return bool(np.array_equal(self.element_tile_view(first), self.element_tile_view(second)))
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         """Whether every element of ``tensor`` has a tile: known without reading its tiles when

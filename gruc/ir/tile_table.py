@@ -156,6 +156,7 @@ class TileTable:
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """The tile of each id of ``ids`` (any shape), an id of a repeating region read from
         the same place in its first row."""
+        shape, ids = ids.shape, ids.reshape(-1)
         tiles = self.array[ids]
         if self._repeats and ids.size:
             if self._bounds is None:
@@ -168,4 +169,4 @@ class TileTable:
             if inside.any():
                 at, ids_inside = region[inside], ids[inside]
                 tiles[inside] = self.array[firsts[at] + (ids_inside - firsts[at]) % rows[at]]
-        return tiles
+        return tiles.reshape(shape)

@@ -27,8 +27,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from gruc.ir.effects import EffectTable
 from gruc.ir.layout import same_ids
 from gruc.ir.module import Module
@@ -59,7 +57,7 @@ def _forwardable(module: Module, liveness: Liveness, copy: Copy, step: int,
     sources = {v.index for v in copy.src.variables()}
     if dest.index in sources or writes_at[dest.index] != [step] or copy.src.has_repeats():
         return False
-    if not np.array_equal(graph.element_tiles(copy.src), graph.element_tiles(copy.dst)):
+    if not graph.same_tiles(copy.src, copy.dst):
         return False
     holding = liveness.live_steps(dest.index)
     return not any(holding >> s & 1 for v in sources for s in writes_at[v] if s != step)

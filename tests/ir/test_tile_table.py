@@ -1,0 +1,105 @@
+"""The tile table against a plain per-element model: sequences stored as one row until written in
+part, read through strided views, gathers, clones and comparisons, whatever is mapped how."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gruc import FLOAT, Graph, Target, TileMapping, concat
+
+T8 = Target.custom(tiles_per_ipu=8)
+
+
+def _view(draw, t):
+    """A random view of ``t``: slices, reversals, subsamples, transposes, reshapes, broadcasts,
+    element picks and concatenations with itself."""
+    for _ in range(draw(st.integers(0, 3))):
+        if t.rank == 0 or t.num_elements == 0:
+            break
+        dim = draw(st.integers(0, t.rank - 1))
+        size = t.shape[dim]
+        choice = draw(st.sampled_from(["slice", "reverse", "subsample", "shuffle", "reshape",
+                                       "broadcast", "pick", "concat"]))
+        if choice == "slice":
+            begin = draw(st.integers(0, size - 1))
+            t = t.slice(begin, draw(st.integers(begin + 1, size)), dim)
+        elif choice == "reverse":
+            t = t.reverse(dim)
+        elif choice == "subsample":
+            t = t.subsample(draw(st.integers(1, 2)), dim)
+        elif choice == "shuffle":
+            t = t.dim_shuffle(draw(st.permutations(range(t.rank))))
+        elif choice == "reshape":
+            t = t.reshape([t.num_elements])
+        elif choice == "broadcast" and t.num_elements < 64:
+            t = t.broadcast(2, dim)
+        elif choice == "pick":
+            t = t[draw(st.integers(0, t.shape[0] - 1))]
+        elif choice == "concat":
+            t = concat([t, t.reverse(dim)], dim)
+    return t
+
+
+@settings(deadline=None, max_examples=150)
+@given(st.data())
+def test_the_tile_table_answers_like_a_table_of_every_element(data):
+    graph = Graph(T8)
+    model = np.zeros(0, np.int64)  # the tile of every id, kept element by element
+    variables = []
+
+    for _ in range(3):
+        shape = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), label="shape")
+        variables.append(graph.add_variable(FLOAT, shape, f"v{len(variables)}"))
+        model = np.concatenate([model, np.full(variables[-1].num_elements, -1)])
+    tiles = st.integers(0, T8.num_tiles - 1)
+    for _ in range(data.draw(st.integers(1, 8), label="operations")):
+        variable = data.draw(st.sampled_from(variables))
+        ids = variable.flat_ids()
+        operation = data.draw(st.sampled_from(["rows", "tile", "part", "elements", "linear",
+                                               "clone"]), label="operation")
+        if operation == "rows" and variable.rank > 1:
+            row = np.array(data.draw(st.lists(tiles, min_size=ids.size // variable.shape[0],
+                                              max_size=ids.size // variable.shape[0])))
+            graph.set_tile_mapping(variable, row.reshape(variable.shape[1:]))
+            model[ids] = np.tile(row, variable.shape[0])
+        elif operation in ("tile", "rows"):
+            tile = data.draw(tiles)
+            graph.set_tile_mapping(variable, tile)
+            model[ids] = tile
+        elif operation == "part":
+            view = _view(data.draw, variable)
+            if view.has_repeats():
+                continue
+            tile = data.draw(tiles)
+            graph.set_tile_mapping(view, tile)
+            model[view.flat_ids()] = tile
+        elif operation == "elements":
+            each = np.array(data.draw(st.lists(tiles, min_size=ids.size, max_size=ids.size)))
+            graph.set_tile_mapping(variable, TileMapping.from_element_tiles(each))
+            model[ids] = each
+        elif operation == "linear":
+            graph.map_tensor_linearly(variable, min_elements_per_tile=1, grain_size=1)
+            model[ids] = graph.element_tiles(variable)  # poplibs' rule: tested elsewhere
+        else:
+            source = _view(data.draw, variable)
+            copy = graph.clone(source, f"v{len(variables)}")
+            assert copy.first_id == len(model)
+            model = np.concatenate([model, model[source.flat_ids()]])
+            variables.append(copy)
+        for checked in variables:
+            view = _view(data.draw, checked)
+            np.testing.assert_array_equal(graph.element_tiles(view), model[view.flat_ids()])
+            ids = checked.flat_ids()
+            assert graph.is_fully_mapped(checked) == bool(np.all(model[ids] >= 0))
+            if graph.rows_alike(checked) and checked.rank > 1:
+                rows = model[ids].reshape(checked.shape[0], -1)
+                assert np.all(rows == rows[0])
+            other = _view(data.draw, data.draw(st.sampled_from(variables)))
+            if other.shape == view.shape:
+                assert graph.same_tiles(view, other) == \
+                    np.array_equal(model[view.flat_ids()], model[other.flat_ids()])
+        picked = np.array(data.draw(st.lists(st.integers(0, len(model) - 1), max_size=6)),
+                          np.int64)
+        np.testing.assert_array_equal(graph.element_tiles_of_ids(picked), model[picked])
