@@ -25,7 +25,7 @@ from gruc.ir.layout import Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int
-from gruc.ir.tile_table import TileTable
+from gruc.ir.tile_table import TileTable, repeats_its_rows
 from gruc.ir.vertices import Direction, VertexKind, vertex_kind
 from gruc.target import Target
 from gruc.types import DType, dtype_of
@@ -350,13 +350,13 @@ class Graph:
 
     def same_tiles(self, first: Tensor, second: Tensor) -> bool:
         """Whether two views of as many elements have them on the same tiles, element by element
-        (flattened): two sequences whose rows the graph knows are alike compare first rows."""
-        if first.shape != second.shape:
-            return bool(np.array_equal(self.element_tiles(first), self.element_tiles(second)))
-        if first.rank and first.shape[0] > 1 and self.rows_alike(first) \
-                and self.rows_alike(second):
-            first, second = first[0], second[0]
-        return bool(np.array_equal(self.element_tile_view(first), self.element_tile_view(second)))
+        (flattened): two sequences the table stores as one step each compare first rows."""
+        tiles, other = self.element_tile_view(first), self.element_tile_view(second)
+        if tiles.shape != other.shape:
+            return bool(np.array_equal(tiles.reshape(-1), other.reshape(-1)))
+        if repeats_its_rows(tiles) and repeats_its_rows(other):
+            tiles, other = tiles[0], other[0]
+        return bool(np.array_equal(tiles, other))
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         """Whether every element of ``tensor`` has a tile: known without reading its tiles when

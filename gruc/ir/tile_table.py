@@ -70,6 +70,12 @@ def _allocate(size: int) -> np.ndarray:
     raise MemoryError(f"no memory for the tile table of {size} elements")
 
 
+def repeats_its_rows(tiles: np.ndarray) -> bool:
+    """Whether a view of element tiles is its first row over and over: the table's view of a
+    sequence it stores as one step (stride 0 along the steps), which a caller may read once."""
+    return tiles.ndim > 0 and len(tiles) > 1 and tiles.strides[0] == 0
+
+
 class TileTable:
     """The tile of every element id (``UNMAPPED`` until mapped), for one graph."""
 

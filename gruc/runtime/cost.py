@@ -26,6 +26,7 @@ from gruc.ir.layout import ConcatOp
 from gruc.ir.mapping import UNMAPPED, distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
+from gruc.ir.tile_table import repeats_its_rows
 from gruc.passes.liveness import Step
 from gruc.target import Target
 
@@ -168,8 +169,10 @@ class _StepCoster:
             for part in _concatenated(tensor):
                 if part.num_elements < DIRECT_READ_ELEMENTS:
                     pieces.append((part, home, k))
-                elif np.any(self.graph.element_tile_view(part) != home):
-                    by_tile.add(k)
+                else:
+                    tiles = self.graph.element_tile_view(part)
+                    if np.any((tiles[0] if repeats_its_rows(tiles) else tiles) != home):
+                        by_tile.add(k)
         for batch, tiles in _batches(pieces, self.graph):
             lengths = np.array([len(t) for t in tiles], dtype=np.int64)
             homes = np.repeat(np.array([home if isinstance(home, int) else UNMAPPED
@@ -262,10 +265,18 @@ class _StepCoster:
     def copy(self, node: Copy, compute: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
              crossing: list[bool]) -> None:
         """Local bytes are copied on their tile; each source element held elsewhere is sent to its
-        destination's tile (once per receiver if the source names it more than once)."""
-        dst_tiles = np.ascontiguousarray(self.graph.element_tiles(node.dst))
-        src_tiles = np.ascontiguousarray(self.graph.element_tiles(node.src))
-        size = node.dst.dtype.size
+        destination's tile (once per receiver if the source names it more than once).  A copy
+        between two sequences the graph stores as one step each is counted on their first rows,
+        times the rows."""
+        dst_tiles = self.graph.element_tile_view(node.dst)
+        src_tiles = self.graph.element_tile_view(node.src)
+        rows = 1
+        if src_tiles.shape == dst_tiles.shape and repeats_its_rows(src_tiles) \
+                and repeats_its_rows(dst_tiles) and not node.src.has_repeats():
+            rows, src_tiles, dst_tiles = len(src_tiles), src_tiles[0], dst_tiles[0]
+        dst_tiles = np.ascontiguousarray(dst_tiles.reshape(-1))
+        src_tiles = np.ascontiguousarray(src_tiles.reshape(-1))
+        size = node.dst.dtype.size * rows
         local, received, sent = self.zeros(), self.zeros(), self.zeros()
         crosses = _copy_counts(dst_tiles, src_tiles, self.target.tiles_per_ipu, local, received,
                                sent)

@@ -69,7 +69,18 @@ def exchange_module() -> Module:
     offset = graph.add_variable(INT, (1,), "offset")
     graph.set_tile_mapping(offset, 0)
     dynamic_slice(graph, grid, offset, [0], [2], prog)
-    for name, tensor in {"row": row, "grid": grid, "offset": offset}.items():
+    # two sequences laid out alike at every step, differently: counted on their first rows
+    laid = graph.add_variable(FLOAT, (5, 2, 3), "laid")
+    graph.set_tile_mapping(laid, np.array([[0, 1, 2], [3, 4, 5]]))
+    relaid = graph.add_variable(FLOAT, (5, 2, 3), "relaid")
+    graph.set_tile_mapping(relaid, np.array([[0, 5, 6], [7, 4, 1]]))
+    prog.add(Copy(laid, relaid))
+    dynamic_slice(graph, relaid, offset, [0], [1], prog)
+    mixed = graph.add_variable(FLOAT, (5, 6), "mixed")  # first and last step on tile 2 only
+    graph.set_tile_mapping(mixed, np.array([2, 6, 6, 6, 2])[:, None].repeat(6, 1))
+    dynamic_slice(graph, mixed, offset, [0], [1], prog)
+    for name, tensor in {"row": row, "grid": grid, "offset": offset, "laid": laid,
+                         "mixed": mixed}.items():
         graph.create_host_write(name, tensor)
     return Module(graph, [prog])
 
