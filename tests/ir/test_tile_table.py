@@ -3,43 +3,21 @@ part, read through strided views, gathers, clones and comparisons, whatever is m
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gruc import FLOAT, Graph, Target, TileMapping, concat
+from gruc import FLOAT, Graph, Target, TileMapping
 
+_spec = importlib.util.spec_from_file_location(
+    "_plan_memory_tests", Path(__file__).parents[1] / "passes" / "test_plan_memory.py")
+_plan_memory_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_plan_memory_tests)
+_view = _plan_memory_tests._view  # random views: slices, reversals, transposes, concatenations...
 T8 = Target.custom(tiles_per_ipu=8)
-
-
-def _view(draw, t):
-    """A random view of ``t``: slices, reversals, subsamples, transposes, reshapes, broadcasts,
-    element picks and concatenations with itself."""
-    for _ in range(draw(st.integers(0, 3))):
-        if t.rank == 0 or t.num_elements == 0:
-            break
-        dim = draw(st.integers(0, t.rank - 1))
-        size = t.shape[dim]
-        choice = draw(st.sampled_from(["slice", "reverse", "subsample", "shuffle", "reshape",
-                                       "broadcast", "pick", "concat"]))
-        if choice == "slice":
-            begin = draw(st.integers(0, size - 1))
-            t = t.slice(begin, draw(st.integers(begin + 1, size)), dim)
-        elif choice == "reverse":
-            t = t.reverse(dim)
-        elif choice == "subsample":
-            t = t.subsample(draw(st.integers(1, 2)), dim)
-        elif choice == "shuffle":
-            t = t.dim_shuffle(draw(st.permutations(range(t.rank))))
-        elif choice == "reshape":
-            t = t.reshape([t.num_elements])
-        elif choice == "broadcast" and t.num_elements < 64:
-            t = t.broadcast(2, dim)
-        elif choice == "pick":
-            t = t[draw(st.integers(0, t.shape[0] - 1))]
-        elif choice == "concat":
-            t = concat([t, t.reverse(dim)], dim)
-    return t
 
 
 @settings(deadline=None, max_examples=150)
