@@ -225,17 +225,8 @@ class Graph:
                 unmapped = int(lengths[mapping.tiles == UNMAPPED].sum())
                 raise GrucMappingError(f"mapping leaves {unmapped} of {count} elements unmapped")
             self._check_tiles(run_tiles, "set_tile_mapping")
-            tiles = np.repeat(mapping.tiles.astype(np.int32), lengths)
-        start = tensor.contiguous_start()
-        if isinstance(tiles, int) and self._writes_rows(tensor, start):
-            self._write_rows(tensor, tiles)
-        elif start is None:
-            self._before_write(tensor, start)
-            self._table.array[tensor.flat_ids()] = tiles
-        else:  # one run of ids: written without listing them
-            self._before_write(tensor, start)
-            self._table.array[start:start + count] = tiles
-        self._mapped(tensor, start, isinstance(tiles, int))
+            tiles = np.repeat(mapping.tiles.astype(np.int32), lengths).reshape(tensor.shape)
+        self._write(tensor, tiles, isinstance(tiles, int))
 
     def _set_element_tiles(self, tensor: Tensor, tiles: np.ndarray) -> None:
         """``set_tile_mapping`` with the tile of each element, broadcast over ``tensor``."""
@@ -249,31 +240,32 @@ class Graph:
                                      f"be broadcast to the tensor's shape {list(tensor.shape)}")
         if tensor.num_elements:
             self._check_tiles(tiles.reshape(-1), "set_tile_mapping")
+        self._write(tensor, tiles, tiles.ndim < tensor.rank or bool(tiles.ndim)
+                    and tiles.shape[0] == 1)
+
+    def _write(self, tensor: Tensor, tiles: int | np.ndarray, rows_alike: bool) -> None:
+        """Map every element of ``tensor`` to ``tiles`` (a tile, or tiles broadcast to its shape;
+        ``rows_alike`` if that gives every row the same tiles): into the table without listing
+        ids where they are consecutive, and as one row where the table stores the variable so."""
         start = tensor.contiguous_start()
-        rows_alike = tiles.ndim < tensor.rank or bool(tiles.ndim) and tiles.shape[0] == 1
-        if rows_alike and self._writes_rows(tensor, start):  # a sequence's row, written once
+        if rows_alike and self._whole_variable(tensor, start) is not None \
+                and self._table.repeating_row(start) is not None:  # a sequence's row, once
             self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])
-        elif start is None:
+        else:
             self._before_write(tensor, start)
-            self._table.array[tensor.flat_ids()] = np.broadcast_to(tiles, tensor.shape).reshape(-1)
-        else:  # broadcast straight into the table: a long sequence's tiles are written once
-            self._before_write(tensor, start)
-            self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
+            if start is None:
+                self._table.array[tensor.flat_ids()] = \
+                    np.broadcast_to(tiles, tensor.shape).reshape(-1)
+            else:  # broadcast straight into the table
+                self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] \
+                    = tiles
         self._mapped(tensor, start, rows_alike)
 
-    def _writes_rows(self, tensor: Tensor, start: int | None) -> bool:
-        """Whether ``tensor`` is a variable (ids consecutive from ``start``) whose table stores one
-        row for all: a mapping of it that gives every row the same tiles writes that row only."""
-        whole = self._whole_variable(tensor, start)
-        return whole is not None and self._table.repeating_row(start) is not None
-
-    def _write_rows(self, variable: Tensor, row_tiles) -> None:
-        """Store ``row_tiles`` (a tile, or one row's tiles) as every row of ``variable``, a
-        variable whose table stores one row for all."""
+    def _write_rows(self, variable: Tensor, row_tiles: np.ndarray) -> None:
+        """Store ``row_tiles`` (one row's tiles) as every row of ``variable``, a variable whose
+        table stores one row for all."""
         first = variable.contiguous_start()
-        row = self._table.repeating_row(first)
-        self._table.array[first:first + row] = np.reshape(row_tiles, -1) \
-            if np.ndim(row_tiles) else row_tiles
+        self._table.array[first:first + self._table.repeating_row(first)] = row_tiles.reshape(-1)
 
     def _before_write(self, tensor: Tensor, start: int | None) -> None:
         """Make the table store every tile a write of all of ``tensor``'s elements touches: a
