@@ -131,6 +131,36 @@ def find_segment(i, segment, segments):  # pragma: no cover (compiled)
     return last
 
 
+def row_moves(positions: np.ndarray, firsts: np.ndarray, row: int) -> np.ndarray | None:
+    """How far each run of a view's first row moves into its second, given the runs of the two
+    rows (flat positions from 0, first indices; a run may go on from one row into the next), or
+    None if the second row's runs do not begin where the first row's do."""
+    moves = np.empty(len(positions), np.int64)
+    count = _row_moves(positions, firsts, row, moves)
+    return None if count < 0 else moves[:count]
+
+
+@njit(cache=True, nogil=True)
+def _row_moves(positions, firsts, row, moves):  # pragma: no cover (compiled)
+    """:func:`row_moves` into ``moves``: how many runs the first row has, or -1."""
+    count = positions.shape[0]
+    second = 0  # the first run beginning in row 1
+    while second < count and positions[second] < row:
+        second += 1
+    carried = second == count or positions[second] != row  # a run goes on into row 1
+    if count - second + carried != second:
+        return -1
+    for k in range(second):  # the k-th run of row 1
+        if carried and k == 0:
+            at, first = row, firsts[second - 1] + row - positions[second - 1]
+        else:
+            at, first = positions[second + k - carried], firsts[second + k - carried]
+        if at - row != positions[k]:
+            return -1
+        moves[k] = first - firsts[k]
+    return second
+
+
 @njit(cache=True, nogil=True)
 def fill_addresses(ids, offset, shape, strides, runs, segments, stride, unit, result, at,
                    result_strides, run_places):  # pragma: no cover (compiled)

@@ -17,7 +17,7 @@ import numpy as np
 from gruc.errors import GrucValueError
 from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import Tensor
-from gruc.passes.addresses import fill_addresses
+from gruc.passes.addresses import fill_addresses, row_moves
 from gruc.passes.liveness import Liveness
 
 __all__ = ["MemoryPlan", "TileOverflow"]
@@ -159,16 +159,10 @@ class MemoryPlan:
         if tensor.rank < 2 or tensor.shape[0] < 2 or not self._rows_step_by_periods(tensor):
             return None
         positions, firsts = self._index_runs(tensor, tile_stride, 2)  # the first two rows
-        row = tensor.num_elements // tensor.shape[0]
-        second = int(np.searchsorted(positions, row))
-        next_positions, next_firsts = positions[second:] - row, firsts[second:]
-        if second == len(positions) or positions[second] != row:  # a run going on into row 1
-            next_positions = np.concatenate(([0], next_positions))
-            next_firsts = np.concatenate(([firsts[second - 1] + row - positions[second - 1]],
-                                          next_firsts))
-        if len(next_positions) != second or np.any(next_positions != positions[:second]):
-            return None  # the rows' runs are cut differently: no fixed move
-        return positions[:second], firsts[:second], next_firsts - firsts[:second]
+        moves = row_moves(positions, firsts, tensor.num_elements // tensor.shape[0])
+        if moves is None:  # the rows' runs are cut differently: no fixed move
+            return None
+        return positions[:len(moves)], firsts[:len(moves)], moves
 
     def _rows_step_by_periods(self, tensor: Tensor) -> bool:
         """Whether each element's id moves a whole number of its variable's periods a row, within

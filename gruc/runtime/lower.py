@@ -46,7 +46,10 @@ TILE_STRIDE_ALIGNMENT = 64
 
 def _run_lengths(positions: np.ndarray, total: int) -> np.ndarray:
     """The length of each run of ``total`` elements that begin at ``positions`` (ascending)."""
-    return np.diff(positions, append=total)
+    lengths = np.empty_like(positions)
+    lengths[:-1] = positions[1:] - positions[:-1]
+    lengths[-1:] = total - positions[-1:]
+    return lengths
 
 
 class Operand:

@@ -507,3 +507,18 @@ def test_a_sequence_laid_out_alike_at_every_step_is_planned_from_one_step(data):
     lengths = np.diff(np.append(positions, view.num_elements))
     expanded = np.repeat(firsts - positions, lengths) + np.arange(view.num_elements)
     assert (expanded * 4).tolist() == by_rule.tolist()
+
+
+def test_row_moves_of_two_rows_runs():
+    """Runs of two rows of 6 (flat positions, first indices) -> how far each first-row run moves."""
+    from gruc.passes.addresses import row_moves
+
+    def moves(positions, firsts):
+        found = row_moves(np.array(positions), np.array(firsts), 6)
+        return None if found is None else found.tolist()
+
+    assert moves([0, 4, 6, 10], [100, 200, 150, 250]) == [50, 50]  # each row: two runs
+    assert moves([0, 4, 10], [100, 200, 210]) == [102, 10]  # row 0's last run goes on into row 1
+    assert moves([0], [100]) == [6]                         # one run over both rows
+    assert moves([0, 4, 6, 8], [100, 200, 150, 250]) is None  # row 1 cut at 2, row 0 at 4
+    assert moves([0, 6, 9], [100, 150, 300]) is None          # one run, then two
