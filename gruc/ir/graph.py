@@ -245,11 +245,12 @@ class Graph:
 
     def _write(self, tensor: Tensor, tiles: int | np.ndarray, rows_alike: bool) -> None:
         """Map every element of ``tensor`` to ``tiles`` (a tile, or tiles broadcast to its shape;
-        ``rows_alike`` if that gives every row the same tiles): into the table without listing
-        ids where they are consecutive, and as one row where the table stores the variable so."""
+        ``rows_alike`` if that gives every row of ``tensor`` the same tiles): into the table
+        without listing ids where they are consecutive, and as one row where the table stores
+        the variable so."""
         start = tensor.contiguous_start()
-        if rows_alike and self._whole_variable(tensor, start) is not None \
-                and self._table.repeating_row(start) is not None:  # a sequence's row, once
+        rows_alike = rows_alike and self._same_rows(tensor, start)
+        if rows_alike and self._table.repeating_row(start) is not None:  # a sequence's row, once
             self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])
         else:
             self._before_write(tensor, start)
@@ -280,17 +281,24 @@ class Graph:
 
     def _mapped(self, tensor: Tensor, start: int | None, rows_alike: bool) -> None:
         """Record a mapping just written for every element of ``tensor`` (whose ids start at
-        ``start`` if consecutive), with ``rows_alike`` if every row got the same tiles: a whole
-        variable so mapped is known to be fully mapped, and to have rows alike, without reading
-        its tiles again (a long sequence's table is hundreds of MB); any part of a variable
-        mapped anew forgets that its rows were alike."""
+        ``start`` if consecutive), with ``rows_alike`` if every row of ``tensor`` got the same
+        tiles: a whole variable so mapped is known to be fully mapped, and to have rows alike if
+        its rows are ``tensor``'s, without reading its tiles again (a long sequence's table is
+        hundreds of MB); any part of a variable mapped anew forgets that its rows were alike."""
         whole = self._whole_variable(tensor, start)
         for variable in tensor.variables():
             if variable.index != whole:
                 self._rows_alike.discard(variable.index)
         if whole is not None:
             self._mapped_whole.add(whole)
-            (self._rows_alike.add if rows_alike else self._rows_alike.discard)(whole)
+            alike = rows_alike and self._same_rows(tensor, start)
+            (self._rows_alike.add if alike else self._rows_alike.discard)(whole)
+
+    def _same_rows(self, tensor: Tensor, start: int | None) -> bool:
+        """Whether ``tensor`` is a variable element for element in its own shape, so that its
+        rows are the variable's (a reshape of all of it, in order, has other rows)."""
+        whole = self._whole_variable(tensor, start)
+        return whole is not None and tensor.shape == self.variables[whole].shape
 
     @staticmethod
     def _whole_variable(tensor: Tensor, start: int | None) -> int | None:

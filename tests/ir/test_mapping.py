@@ -282,6 +282,15 @@ def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are
     g.map_tensor_linearly(spread)
     assert not g.rows_alike(spread) and g.is_fully_mapped(spread)
 
+    pairs = g.add_variable(FLOAT, [4, 2], "pairs")  # mapped whole, but by rows of a reshape
+    g.set_tile_mapping(pairs.reshape([2, 4]), np.array([0, 1, 2, 3]))
+    assert not g.rows_alike(pairs) and g.is_fully_mapped(pairs)
+    np.testing.assert_array_equal(g.element_tiles(pairs), [0, 1, 2, 3, 0, 1, 2, 3])
+    column = g.add_variable(FLOAT, [2, 1], "column")  # its transpose: the same ids, one row
+    g.set_tile_mapping(column.dim_shuffle([1, 0]), np.array([4, 5]))
+    assert not g.rows_alike(column)
+    np.testing.assert_array_equal(g.element_tiles(column), [4, 5])
+
     halves = g.add_variable(FLOAT, [4], "halves")
     g.set_tile_mapping(halves[0:2], 1)
     twice = concat([halves[0:2], halves[0:2]])  # four elements of halves, two of them twice
