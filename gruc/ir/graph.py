@@ -5,9 +5,9 @@ methods, which check their arguments and say what was wrong.  Tile mappings are 
 :class:`~gruc.ir.tile_table.TileTable` indexed by global element id, so mapping any view — a
 slice of a million-element tensor, a transpose, a concatenation of several variables — is one
 numpy gather or strided view and a run-length compression (``get_tile_mapping``); a sequence laid
-out alike at every step is stored as one step.  The graph also remembers which variables were
-mapped whole, and which of those from one row's tiles, so that checks, copy elimination and the
-memory plan never read a long sequence's tiles row after row.
+out alike at every step is stored as one step, which tells checks, copy elimination and the
+memory plan that its rows are alike (``rows_alike``), so they never read a long sequence's tiles
+row after row.  The graph also remembers which variables were mapped whole.
 """
 
 from __future__ import annotations
@@ -116,9 +116,6 @@ class Graph:
         self._variable_starts = np.zeros(0, dtype=np.int64)
         self._mapped_whole: set[int] = set()
         """Variables every element of which has a tile (mapping only adds tiles: never undone)."""
-        self._rows_alike: set[int] = set()
-        """Variables whose rows all got their first row's tiles in one mapping of the whole
-        variable, not changed in part since (see :meth:`rows_alike`)."""
         self.effects_memo: dict[int, tuple] = {}
         """The effects of program steps over this graph, shared by every
         :class:`~gruc.ir.effects.EffectTable` of it (analyses ask about the same steps often)."""
@@ -149,15 +146,14 @@ class Graph:
     def clone(self, tensor: Tensor, name: str = "") -> Variable:
         """A new variable shaped, typed and mapped like ``tensor`` (Poplar ``clone``)."""
         copy = self.add_variable(tensor.dtype, tensor.shape, name)
-        rows_alike = self.rows_alike(tensor)
-        if rows_alike and self._table.repeating_row(copy.first_id):  # one row stored
+        if self.rows_alike(tensor) and self._table.repeating_row(copy.first_id):  # one row
             self._write_rows(copy, self.element_tile_view(tensor[0]))
         else:
             self._table.forget_rows(copy.first_id)
             copy_tiles = self._table.array[copy.first_id:copy.first_id + copy.num_elements]
             copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # no ids
         if self.is_fully_mapped(tensor):
-            self._mapped(copy, copy.first_id, rows_alike)
+            self._mapped_whole.add(copy.index)
         return copy
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
@@ -249,18 +245,20 @@ class Graph:
         without listing ids where they are consecutive, and as one row where the table stores
         the variable so."""
         start = tensor.contiguous_start()
-        rows_alike = rows_alike and self._same_rows(tensor, start)
-        if rows_alike and self._table.repeating_row(start) is not None:  # a sequence's row, once
+        whole = self._whole_variable(tensor, start)
+        if rows_alike and whole is not None and tensor.shape == self.variables[whole].shape \
+                and self._table.repeating_row(start) is not None:  # its rows: one, written once
             self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])
         else:
-            self._before_write(tensor, start)
+            self._before_write(tensor, whole)
             if start is None:
                 self._table.array[tensor.flat_ids()] = \
                     np.broadcast_to(tiles, tensor.shape).reshape(-1)
             else:  # broadcast straight into the table
                 self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] \
                     = tiles
-        self._mapped(tensor, start, rows_alike)
+        if whole is not None:
+            self._mapped_whole.add(whole)
 
     def _write_rows(self, variable: Tensor, row_tiles: np.ndarray) -> None:
         """Store ``row_tiles`` (one row's tiles) as every row of ``variable``, a variable whose
@@ -268,37 +266,15 @@ class Graph:
         first = variable.contiguous_start()
         self._table.array[first:first + self._table.repeating_row(first)] = row_tiles.reshape(-1)
 
-    def _before_write(self, tensor: Tensor, start: int | None) -> None:
-        """Make the table store every tile a write of all of ``tensor``'s elements touches: a
-        variable it covers whole stops repeating its first row; one covered in part stores every
-        row first (what the write leaves alone must keep its tiles)."""
-        whole = self._whole_variable(tensor, start)
+    def _before_write(self, tensor: Tensor, whole: int | None) -> None:
+        """Make the table store every tile a write of all of ``tensor``'s elements touches: the
+        variable it is whole (index ``whole``) stops repeating its first row; one covered in part
+        stores every row first (what the write leaves alone must keep its tiles)."""
         for variable in tensor.variables():
             if variable.index == whole:
                 self._table.forget_rows(variable.first_id)
             else:
                 self._table.expand(variable.first_id)
-
-    def _mapped(self, tensor: Tensor, start: int | None, rows_alike: bool) -> None:
-        """Record a mapping just written for every element of ``tensor`` (whose ids start at
-        ``start`` if consecutive), with ``rows_alike`` if every row of ``tensor`` got the same
-        tiles: a whole variable so mapped is known to be fully mapped, and to have rows alike if
-        its rows are ``tensor``'s, without reading its tiles again (a long sequence's table is
-        hundreds of MB); any part of a variable mapped anew forgets that its rows were alike."""
-        whole = self._whole_variable(tensor, start)
-        for variable in tensor.variables():
-            if variable.index != whole:
-                self._rows_alike.discard(variable.index)
-        if whole is not None:
-            self._mapped_whole.add(whole)
-            alike = rows_alike and self._same_rows(tensor, start)
-            (self._rows_alike.add if alike else self._rows_alike.discard)(whole)
-
-    def _same_rows(self, tensor: Tensor, start: int | None) -> bool:
-        """Whether ``tensor`` is a variable element for element in its own shape, so that its
-        rows are the variable's (a reshape of all of it, in order, has other rows)."""
-        whole = self._whole_variable(tensor, start)
-        return whole is not None and tensor.shape == self.variables[whole].shape
 
     @staticmethod
     def _whole_variable(tensor: Tensor, start: int | None) -> int | None:
@@ -312,19 +288,22 @@ class Graph:
 
     def rows_alike(self, tensor: Tensor) -> bool:
         """Whether every row of ``tensor`` (index of its first dim) is known to have its first
-        row's tiles.  A variable is known so if mapped whole from one row's tiles (a sequence
-        laid out alike at every step, as ``set_tile_mapping`` with a row's tile array maps it)
-        or onto one tile, or cloned from such a variable, and no part of it mapped anew since; a
-        strided view of one such variable if its rows are whole rows of the variable apart.
-        False says only "not known"."""
+        row's tiles: its variable is one the table stores as one row for all — unmapped, mapped
+        whole from one row's tiles (a sequence laid out alike at every step, as
+        ``set_tile_mapping`` with a row's tile array maps it) or onto one tile, or cloned from
+        such a view, and no part of it mapped anew since — and ``tensor`` is that variable or a
+        strided view of it whose rows are whole rows of it apart.  A one-element variable's views
+        have rows alike too.  False says only "not known"."""
         variables = self._own(tensor).variables()
-        if len(variables) != 1 or variables[0].index not in self._rows_alike:
+        if len(variables) != 1:
             return False
-        layout, variable = tensor.layout(), variables[0]
-        if tensor.is_variable or variable.num_elements <= 1:  # (every row: its one element)
-            return True
-        return isinstance(layout, Strided) and tensor.rank > 0 and \
-            layout.strides[0] % (variable.num_elements // variable.shape[0]) == 0
+        variable = variables[0]
+        row = self._table.repeating_row(variable.first_id)
+        if row is None:
+            return variable.num_elements <= 1  # (every row: its one element)
+        layout = tensor.layout()
+        return tensor.is_variable or isinstance(layout, Strided) and tensor.rank > 0 \
+            and layout.strides[0] % row == 0
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements."""
@@ -391,14 +370,16 @@ class Graph:
         bounds = linear_partition(tensor.num_elements, self.target.num_tiles, grain_size,
                                   min_elements_per_tile)
         start = tensor.contiguous_start()
-        self._before_write(tensor, start)
+        whole = self._whole_variable(tensor, start)
+        self._before_write(tensor, whole)
         if start is None:
             tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
             self._table.array[tensor.flat_ids()] = tiles
         else:
             for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
                 self._table.array[start + begin:start + end] = tile
-        self._mapped(tensor, start, len(bounds) <= 2)
+        if whole is not None:
+            self._mapped_whole.add(whole)
 
     def detect_innermost_grouping(self, tensor: Tensor) -> int:
         """poplibs' ``detectInnermostGrouping``: how many innermost elements stay together.

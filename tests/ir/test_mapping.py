@@ -251,14 +251,14 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
 
 
 def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are_mapped():
-    """Rows alike: mapped whole from one row's tiles or onto one tile, or cloned from such a
-    variable — forgotten as soon as any part is mapped anew; never claimed for a mapping that
-    only happens to repeat.  Fully mapped: known from whole mappings, or found once by reading
+    """Rows alike: unmapped, mapped whole from one row's tiles or onto one tile, or cloned from
+    such a variable — forgotten as soon as any part is mapped anew; never claimed for a mapping
+    that only happens to repeat.  Fully mapped: known from whole mappings, or found once by reading
     the tiles of the whole variable, never from a view that covers as many elements as the
     variable but not all of them."""
     g = Graph(T16)
     seq = g.add_variable(FLOAT, [5, 2, 3], "seq")
-    assert not g.rows_alike(seq) and not g.is_fully_mapped(seq)
+    assert g.rows_alike(seq) and not g.is_fully_mapped(seq)  # every row unmapped, alike
     g.set_tile_mapping(seq, np.arange(6).reshape(2, 3))
     assert g.rows_alike(seq) and g.is_fully_mapped(seq)
     copy = g.clone(seq, "copy")
