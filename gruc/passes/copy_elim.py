@@ -33,9 +33,10 @@ from gruc.ir.module import Module
 from gruc.ir.program import Copy, Program
 from gruc.ir.tensor import Tensor
 from gruc.passes.liveness import Liveness
-from gruc.passes.rewrite import (Rebase, liveness_of, pass_output, rebuild_programs,
-                                 remove_dead_steps, require_valid, shaped, variables_touched,
-                                 walk_functions, whole_variable)
+from gruc.passes.rebase import Rebase
+from gruc.passes.rewrite import (liveness_of, pass_output, rebuild_programs, remove_dead_steps,
+                                 require_valid, shaped, variables_touched, walk_functions,
+                                 whole_variable)
 
 __all__ = ["CopyElimination"]
 

@@ -41,8 +41,8 @@ from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, Program, Sequence
 from gruc.ir.tensor import Tensor, concat
 from gruc.ir.vertices import Direction
-from gruc.passes.rewrite import (copy_compute_set, pass_output, rebuild, rebuild_programs,
-                                 require_valid)
+from gruc.passes.rebase import copy_compute_set
+from gruc.passes.rewrite import pass_output, rebuild, rebuild_programs, require_valid
 
 __all__ = ["Exchange"]
 

@@ -50,10 +50,11 @@ from gruc.ir.module import Module
 from gruc.ir.program import Execute, Program, Sequence
 from gruc.ir.tensor import Tensor, Variable
 from gruc.passes.liveness import Liveness
-from gruc.passes.rewrite import (ElementwiseStep, ElementwiseVertex, Rebase, SubtreeWrites,
-                                 elementwise_step, host_variables, liveness_of,
-                                 pass_output, plan_elementwise_vertex, rebuild_programs,
-                                 replacing, require_valid, shaped, substitute_placeholders,
+from gruc.passes.elementwise_steps import (ElementwiseStep, ElementwiseVertex, elementwise_step,
+                                           plan_elementwise_vertex, substitute_placeholders)
+from gruc.passes.rebase import Rebase
+from gruc.passes.rewrite import (SubtreeWrites, host_variables, liveness_of, pass_output,
+                                 rebuild_programs, replacing, require_valid, shaped,
                                  variables_touched, walk_functions, walk_programs, whole_variable)
 
 __all__ = ["InplaceFusion"]

@@ -5,13 +5,8 @@ never *live* at the same time (Poplar's not-always-live category).  This analysi
 ``plan-memory``: it numbers the leaf steps of a module, runs a backward dataflow over the program
 tree, and says which variables occupy memory at each step.  It never changes the module.
 
-Steps.  Every leaf node of the program tree gets one number, in program order: ``Execute``,
-``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``, and the predicate read of ``If`` /
-``RepeatWhileTrue`` (numbered before the branches / before the body, after the loop condition).
-The entry programs are numbered first, in order, then every function of the graph (in
-``graph.functions`` order, then any function a ``Call`` names that the graph does not list), each
-exactly once however many ``Call`` sites name it.  A program object used at several places of a
-tree is numbered at each place.
+Steps are numbered by :class:`~gruc.passes.steps.StepTree` (entry programs first, then each
+function once); the dataflow runs over the analysis tree it builds.
 
 Dataflow (backward, per step ``live_in = (live_out - full_writes - kills) | reads``):
 
@@ -52,198 +47,13 @@ from typing import Iterable
 
 import numpy as np
 
-from gruc.errors import GrucProgramError
-from gruc.ir.effects import Effect, EffectTable
-from gruc.ir.graph import Function, Graph
+from gruc.ir.graph import Graph
 from gruc.ir.module import Module
-from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
-from gruc.ir.tensor import Tensor, Variable
+from gruc.ir.tensor import Variable
+from gruc.passes.steps import (IfNode, LeafNode, RepeatNode, SequenceNode, Step, StepTree, WhileNode,
+                               bits_of, mask_of)
 
-__all__ = ["Step", "Liveness", "analyse_liveness", "bits_of", "mask_of"]
-
-
-def mask_of(indices: Iterable[int]) -> int:
-    """The bitset (Python int) with bits ``indices`` set."""
-    mask = 0
-    for i in indices:
-        mask |= 1 << i
-    return mask
-
-
-def bits_of(mask: int) -> list[int]:
-    """Indices of the set bits of a bitset, ascending."""
-    if mask <= 0:
-        return []
-    raw = np.frombuffer(mask.to_bytes((mask.bit_length() + 7) // 8, "little"), dtype=np.uint8)
-    return np.flatnonzero(np.unpackbits(raw, bitorder="little")).tolist()
-
-
-def _describe_tensor(tensor: Tensor) -> str:
-    if isinstance(tensor, Variable):
-        return tensor.name
-    return "view(" + ", ".join(v.name for v in tensor.variables()) + ")"
-
-
-def _describe_node(node: Program) -> str:
-    if isinstance(node, Execute):
-        return f"Execute {node.compute_set.name}"
-    if isinstance(node, Copy):
-        return f"Copy {_describe_tensor(node.src)} -> {_describe_tensor(node.dst)}"
-    if isinstance(node, WriteUndef):
-        return f"WriteUndef {_describe_tensor(node.tensor)}"
-    if isinstance(node, PrintTensor):
-        return f"PrintTensor {node.label!r} {_describe_tensor(node.tensor)}"
-    if isinstance(node, Sync):
-        return "Sync"
-    if isinstance(node, If):
-        return f"If predicate {_describe_tensor(node.predicate)}"
-    if isinstance(node, RepeatWhileTrue):
-        return f"RepeatWhileTrue predicate {_describe_tensor(node.predicate)}"
-    return type(node).__name__
-
-
-@dataclass(frozen=True, eq=False)
-class Step:
-    """One numbered leaf step of the linearised module."""
-
-    index: int
-    node: Program
-    """The program node (for ``If`` / ``RepeatWhileTrue``: the node whose predicate is read)."""
-    where: str
-    """Path in the program tree, e.g. ``program 0/repeat 10/then``."""
-    effect: Effect
-
-    @property
-    def text(self) -> str:
-        """What the step does, e.g. ``Copy a -> view(b)``."""
-        return _describe_node(self.node)
-
-    def __str__(self) -> str:
-        return f"{self.index}: {self.where}: {self.text}"
-
-
-# ---- the analysis tree: the program tree with step numbers and per-occurrence identity ----------
-class _Leaf:
-    __slots__ = ("step", "keep", "gen")
-
-    def __init__(self, step: int, effect: Effect) -> None:
-        self.step = step
-        self.keep = ~mask_of(effect.full_writes | effect.kills)
-        self.gen = mask_of(effect.reads)
-
-
-class _Seq:
-    __slots__ = ("items",)
-
-    def __init__(self, items: list) -> None:
-        self.items = items
-
-
-class _Repeat:
-    __slots__ = ("count", "body")
-
-    def __init__(self, count: int, body) -> None:
-        self.count, self.body = count, body
-
-
-class _While:
-    __slots__ = ("cond", "pred", "body")
-
-    def __init__(self, cond, pred: _Leaf, body) -> None:
-        self.cond, self.pred, self.body = cond, pred, body
-
-
-class _If:
-    __slots__ = ("pred", "then", "otherwise")
-
-    def __init__(self, pred: _Leaf, then, otherwise) -> None:
-        self.pred, self.then, self.otherwise = pred, then, otherwise
-
-
-class _Call:
-    __slots__ = ("function",)
-
-    def __init__(self, function: int) -> None:
-        self.function = function
-
-
-class _Linearise:
-    """Numbers the leaf steps and builds the analysis tree."""
-
-    def __init__(self, module: Module) -> None:
-        self.effects = EffectTable(module.graph)
-        self.steps: list[Step] = []
-        self.function_index: dict[int, int] = {}
-        self.functions: list[Function] = []
-        self.function_trees: list = []
-        self.callees: list[set[int]] = []
-        for function in module.graph.functions:
-            self._function(function)
-        self.program_trees = [self._node(p, f"program {k}", None)
-                              for k, p in enumerate(module.programs)]
-        done = 0
-        while done < len(self.functions):  # number functions after the entry programs
-            function = self.functions[done]
-            self.function_trees.append(self._node(function.program, f"function {function.name}",
-                                                  done))
-            done += 1
-
-    def _function(self, function: Function) -> int:
-        key = id(function)
-        if key not in self.function_index:
-            self.function_index[key] = len(self.functions)
-            self.functions.append(function)
-            self.callees.append(set())
-        return self.function_index[key]
-
-    def _leaf(self, node: Program, where: str) -> _Leaf:
-        effect = self.effects.of(node)
-        step = Step(len(self.steps), node, where, effect)
-        self.steps.append(step)
-        return _Leaf(step.index, effect)
-
-    def _node(self, node: Program, where: str, caller: int | None):
-        if isinstance(node, Sequence):
-            return _Seq([self._node(p, where, caller) for p in node.programs])
-        if isinstance(node, Repeat):
-            return _Repeat(node.count, self._node(node.body, f"{where}/repeat {node.count}", caller))
-        if isinstance(node, RepeatWhileTrue):
-            inner = f"{where}/while"
-            cond = self._node(node.condition, inner, caller)
-            pred = self._leaf(node, inner)
-            return _While(cond, pred, self._node(node.body, inner, caller))
-        if isinstance(node, If):
-            pred = self._leaf(node, where)
-            return _If(pred, self._node(node.then, f"{where}/then", caller),
-                       self._node(node.otherwise, f"{where}/else", caller))
-        if isinstance(node, Call):
-            index = self._function(node.function)
-            if caller is not None:
-                self.callees[caller].add(index)
-            return _Call(index)
-        if node.children():
-            raise GrucProgramError(f"liveness does not know the program node "
-                                   f"{type(node).__name__} (it has nested programs)")
-        return self._leaf(node, where)
-
-    def check_no_recursion(self) -> None:
-        state = [0] * len(self.functions)  # 0 new, 1 on the stack, 2 done
-
-        def visit(f: int) -> None:
-            state[f] = 1
-            for g in sorted(self.callees[f]):
-                if state[g] == 1:
-                    raise GrucProgramError(f"function {self.functions[g].name!r} calls itself "
-                                           f"(through {self.functions[f].name!r}); Poplar "
-                                           "functions cannot recurse")
-                if state[g] == 0:
-                    visit(g)
-            state[f] = 2
-
-        for f in range(len(self.functions)):
-            if state[f] == 0:
-                visit(f)
+__all__ = ["Liveness", "analyse_liveness"]
 
 
 class _Dataflow:
@@ -256,7 +66,7 @@ class _Dataflow:
         self.memo: dict[tuple[int, int], int] = {}
 
     def transfer(self, node, out: int) -> int:
-        if isinstance(node, _Leaf):
+        if isinstance(node, LeafNode):
             live = (out & node.keep) | node.gen
             self.live_in[node.step] |= live
             self.live_out[node.step] |= out
@@ -265,11 +75,11 @@ class _Dataflow:
         found = self.memo.get(key)
         if found is not None:
             return found
-        if isinstance(node, _Seq):
+        if isinstance(node, SequenceNode):
             live = out
             for item in reversed(node.items):
                 live = self.transfer(item, live)
-        elif isinstance(node, _Repeat):
+        elif isinstance(node, RepeatNode):
             body_out = out
             while True:
                 body_in = self.transfer(node.body, body_out)
@@ -278,7 +88,7 @@ class _Dataflow:
                     break
                 body_out = grown
             live = body_in if node.count > 0 else out
-        elif isinstance(node, _While):
+        elif isinstance(node, WhileNode):
             cond_in = 0
             while True:
                 pred_out = out | self.transfer(node.body, cond_in)
@@ -287,10 +97,10 @@ class _Dataflow:
                     break
                 cond_in = new_cond_in
             live = cond_in
-        elif isinstance(node, _If):
+        elif isinstance(node, IfNode):
             joined = self.transfer(node.then, out) | self.transfer(node.otherwise, out)
             live = self.transfer(node.pred, joined)
-        else:  # _Call
+        else:  # CallNode
             live = self.transfer(self.function_trees[node.function], out)
         self.memo[key] = live
         return live
@@ -396,7 +206,7 @@ class Liveness:
 def analyse_liveness(module: Module) -> Liveness:
     """Number the steps of ``module`` and compute which variables are live at each."""
     graph = module.graph
-    lin = _Linearise(module)
+    lin = StepTree(module)
     lin.check_no_recursion()
     flow = _Dataflow(len(lin.steps), lin.function_trees)
     entry_live = []

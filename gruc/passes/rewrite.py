@@ -1,5 +1,7 @@
-"""What the rewriting passes share: rebuilding program trees, rebasing tensors, step facts, and the
-elementwise (Map / MapInPlace) steps that fusion and in-place rewrites take apart and rebuild.
+"""What the rewriting passes share: rebuilding program trees, step facts (dead writers, the
+variables a subtree writes), and the graph policy below.  Substituting tensors for variables is
+:mod:`gruc.passes.rebase`; the elementwise steps fusion rebuilds are
+:mod:`gruc.passes.elementwise_steps`.
 
 Graph policy (one for all passes).  A pass returns a *new* :class:`Module` whose programs are new
 trees; the graph is shared with the caller and only ever *extended*.  A pass adds variables, views
@@ -30,20 +32,16 @@ to be written once.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-import numpy as np
-
-from gruc.ir import expr as ex
 from gruc.ir.effects import EffectTable
-from gruc.ir.graph import ComputeSet, Graph, Vertex
+from gruc.ir.graph import Graph
 from gruc.ir.module import Module
-from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, WriteUndef)
+from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor, Variable
 from gruc.ir.verify import verify
-from gruc.passes.liveness import Liveness, analyse_liveness, mask_of
+from gruc.passes.liveness import Liveness, analyse_liveness
+from gruc.passes.steps import mask_of
 
 _PASS_OUTPUTS: "weakref.WeakSet[Module]" = weakref.WeakSet()
 """Modules some pass returned (see :func:`require_valid`)."""
@@ -218,199 +216,3 @@ def remove_dead_steps(module: Module, kinds: tuple[type, ...]) -> Module:
         if not dead:
             return module
         module = pass_output(rebuild_programs(module, replacing(dict.fromkeys(dead))))
-
-
-class Rebase:
-    """Substitute tensors for variables everywhere in a module's entry programs.
-
-    ``replacements`` maps a variable's index to a tensor of the variable's shape and type; every
-    view over the variable is rebuilt over the replacement (the same view operations, so element
-    ``k`` of a view still means element ``k``).  Compute sets that mention a replaced variable are
-    rebuilt as new compute sets (once each, however often they run).
-    """
-
-    def __init__(self, graph: Graph, replacements: dict[int, Tensor]) -> None:
-        self.graph = graph
-        self.replacements = replacements
-        self._tensors: dict[int, Tensor] = {}
-        self._compute_sets: dict[int, ComputeSet] = {}
-
-    def use(self, cs: ComputeSet, replacement: ComputeSet) -> None:
-        """Put ``replacement`` wherever ``cs`` runs (a compute set the caller rebased itself)."""
-        self._compute_sets[id(cs)] = replacement
-
-    def tensor(self, tensor: Tensor) -> Tensor:
-        key = id(tensor)
-        if key not in self._tensors:
-            if not self._mentions(tensor):
-                result = tensor
-            elif isinstance(tensor, Variable):
-                result = self.replacements.get(tensor.index, tensor)
-            else:
-                sources = [self.tensor(source) for source in tensor.sources]
-                result = tensor if all(a is b for a, b in zip(sources, tensor.sources)) else \
-                    self._view(tensor, sources)
-            self._tensors[key] = result
-        return self._tensors[key]
-
-    def _mentions(self, tensor: Tensor) -> bool:
-        """Whether ``tensor`` is a view over a replaced variable (only those change: a module's
-        views are mostly over other variables, and need not be walked)."""
-        return any(v.index in self.replacements for v in tensor.variables())
-
-    @staticmethod
-    def _view(tensor: Tensor, sources: list[Tensor]) -> Tensor:
-        """``tensor``'s view over ``sources``.  Sources of the same shapes and type as before make
-        a view of the same shape and type, which needs no checking again (a rebased compute set
-        rebuilds thousands of views)."""
-        if all(a.shape == b.shape and a.dtype == b.dtype and a.graph is b.graph
-               for a, b in zip(sources, tensor.sources)):
-            return Tensor(tensor.graph, tensor.shape, tensor.dtype, tensor.op, tuple(sources))
-        return Tensor.apply_view(tensor.op, sources)
-
-    def _field(self, value: Tensor | tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
-        if isinstance(value, tuple):
-            rebased = tuple(self.tensor(t) for t in value)
-            return value if all(a is b for a, b in zip(rebased, value)) else rebased
-        return self.tensor(value)
-
-    def compute_set(self, cs: ComputeSet) -> ComputeSet:
-        key = id(cs)
-        if key not in self._compute_sets:
-            if not any(self._mentions(t) for v in cs.vertices for value in v.fields.values()
-                       for t in (value if isinstance(value, tuple) else (value,))):
-                self._compute_sets[key] = cs
-                return cs
-            fields = [{name: self._field(value) for name, value in v.fields.items()}
-                      for v in cs.vertices]
-            if all(new[name] is value for v, new in zip(cs.vertices, fields)
-                   for name, value in v.fields.items()):
-                self._compute_sets[key] = cs
-            else:
-                self._compute_sets[key] = copy_compute_set(self.graph, cs, fields)
-        return self._compute_sets[key]
-
-    def node(self, node: Program) -> Program:
-        """One program node with its tensors and compute set rebased (children untouched)."""
-        if isinstance(node, Execute):
-            cs = self.compute_set(node.compute_set)
-            return node if cs is node.compute_set else Execute(cs)
-        if isinstance(node, Copy):
-            src, dst = self.tensor(node.src), self.tensor(node.dst)
-            return node if src is node.src and dst is node.dst else Copy(src, dst)
-        if isinstance(node, WriteUndef):
-            tensor = self.tensor(node.tensor)
-            return node if tensor is node.tensor else WriteUndef(tensor)
-        if isinstance(node, PrintTensor):
-            tensor = self.tensor(node.tensor)
-            return node if tensor is node.tensor else PrintTensor(node.label, tensor)
-        if isinstance(node, (If, RepeatWhileTrue)):
-            predicate = self.tensor(node.predicate)
-            if predicate is node.predicate:
-                return node
-            if isinstance(node, If):
-                return If(predicate, node.then, node.otherwise)
-            return RepeatWhileTrue(node.condition, predicate, node.body)
-        return node
-
-    def module(self, module: Module) -> Module:
-        return rebuild_programs(module, self.node)
-
-
-def copy_compute_set(graph: Graph, cs: ComputeSet,
-                     fields: list[dict[str, Tensor | tuple[Tensor, ...]]]) -> ComputeSet:
-    """A new compute set named like ``cs`` with the same vertices over new ``fields`` (one dict per
-    vertex), added through ``Graph.add_vertex`` so each vertex is checked again."""
-    new = graph.add_compute_set(cs.name)
-    for vertex, vertex_fields in zip(cs.vertices, fields):
-        add_vertex_like(graph, new, vertex, vertex_fields)
-    return new
-
-
-def add_vertex_like(graph: Graph, cs: ComputeSet, vertex: Vertex,
-                    fields: dict[str, Tensor | tuple[Tensor, ...]],
-                    tile: int | None = None) -> Vertex:
-    """A vertex of ``vertex``'s kind, tile (unless ``tile`` moves it) and parameters over
-    ``fields``, added to ``cs``."""
-    connected = {name: list(value) if isinstance(value, tuple) else value
-                 for name, value in fields.items()}
-    return graph.add_vertex(cs, vertex.kind, connected,
-                            tile=vertex.tile if tile is None else tile, **vertex.params)
-
-
-# ---- elementwise steps: the Map / MapInPlace vertices fusion and in-place rewrites rebuild ------
-@dataclass(frozen=True, eq=False)
-class ElementwiseStep:
-    """An ``Execute`` of a compute set holding one untiled Map / MapInPlace: dest = expr(operands)."""
-
-    node: Execute
-    dest: Tensor
-    operands: tuple[Tensor, ...]
-    """``_k`` is ``operands[k-1]``; for MapInPlace ``operands[0]`` is ``dest``."""
-    expr: ex.Expr
-    """With every constant typed, so the tree keeps its types wherever it is moved."""
-    in_place: bool
-
-
-def elementwise_step(node: Program) -> ElementwiseStep | None:
-    """``node`` as an elementwise step, or None if it is not one."""
-    if not isinstance(node, Execute) or len(node.compute_set.vertices) != 1:
-        return None
-    vertex = node.compute_set.vertices[0]
-    if vertex.tile is not None or vertex.kind.name not in ("Map", "MapInPlace"):
-        return None
-    in_place = vertex.kind.name == "MapInPlace"
-    dest = vertex.fields["inout" if in_place else "out"]
-    operands = ((dest,) if in_place else ()) + tuple(vertex.fields["ins"])
-    expression = ex.bind_const_types(vertex.params["expr"], [t.dtype for t in operands])
-    return ElementwiseStep(node, dest, operands, expression, in_place)
-
-
-def substitute_placeholders(expression: ex.Expr, values: dict[int, ex.Expr]) -> ex.Expr:
-    """``expression`` with each placeholder ``_k`` replaced by ``values[k]``."""
-    if isinstance(expression, ex.PlaceHolder):
-        return values[expression.index]
-    return ex.with_children(expression, [substitute_placeholders(child, values)
-                                         for child in ex.children(expression)])
-
-
-@dataclass(frozen=True, eq=False)
-class ElementwiseVertex:
-    """A Map (or, ``in_place``, a MapInPlace with ``dest`` as ``inout``) to add to a graph."""
-
-    dest: Tensor
-    ins: tuple[Tensor, ...]
-    expr: ex.Expr
-    in_place: bool
-
-    def add_to(self, graph: Graph, name: str) -> ComputeSet:
-        cs = graph.add_compute_set(name)
-        fields = {"inout" if self.in_place else "out": self.dest, "ins": list(self.ins)}
-        graph.add_vertex(cs, "MapInPlace" if self.in_place else "Map", fields, expr=self.expr)
-        return cs
-
-
-def plan_elementwise_vertex(dest: Tensor, operands: list[Tensor],
-                            expression: ex.Expr) -> ElementwiseVertex | None:
-    """One vertex computing ``dest = expression(operands)``: unused operands dropped, operands over
-    the same elements merged, one equal to ``dest`` made the in-place ``_1``.  None if an operand
-    overlaps ``dest`` other than element for element, or too many operands remain."""
-    kept, kept_ids = [dest], [dest.flat_ids()]  # kept[0] is the output itself
-    dest_variables = {v.index for v in dest.variables()}
-    slot: dict[int, int] = {}
-    for k in ex.placeholders(expression):
-        tensor, ids = operands[k - 1], operands[k - 1].flat_ids()
-        same = [m for m, other in enumerate(kept_ids) if np.array_equal(ids, other)]
-        if not same:
-            if dest_variables & {v.index for v in tensor.variables()} and \
-                    np.intersect1d(ids, kept_ids[0]).size:
-                return None
-            kept.append(tensor)
-            kept_ids.append(ids)
-        slot[k] = same[0] if same else len(kept) - 1
-    in_place = 0 in slot.values()
-    if len(kept) - 1 + in_place > ex.MAX_PLACEHOLDER:
-        return None
-    values = {k: ex.PlaceHolder(m + 1 if in_place else m) for k, m in slot.items()}
-    return ElementwiseVertex(dest, tuple(kept[1:]), substitute_placeholders(expression, values),
-                             in_place)

@@ -60,7 +60,8 @@ from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
 from gruc.ir.tensor import Tensor, Variable, concat
 from gruc.ops.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
-from gruc.passes.rewrite import (add_vertex_like, pass_output, rebuild, rebuild_programs, replacing,
+from gruc.passes.rebase import add_vertex_like
+from gruc.passes.rewrite import (pass_output, rebuild, rebuild_programs, replacing,
                                  require_valid)
 from gruc.passes.time_loops import TimeLoop, find_time_loops
 

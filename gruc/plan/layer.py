@@ -29,7 +29,7 @@ import gruc
 from gruc.errors import GrucError, GrucProgramError
 from gruc.ops.rnn_geometry import shard_time_bounds
 from gruc.passes import DEFAULT_PIPELINE
-from gruc.passes.liveness import Step
+from gruc.passes.steps import Step
 from gruc.passes.pipeline import parse_pipeline
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data

@@ -31,7 +31,7 @@ from gruc.errors import GrucProgramError, GrucValueError
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
-from gruc.passes.liveness import Step
+from gruc.passes.steps import Step
 from gruc.runtime.engine import CompiledProgram, compile_program
 from gruc.runtime.report import Report
 

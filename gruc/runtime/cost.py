@@ -27,7 +27,7 @@ from gruc.ir.mapping import UNMAPPED, distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.ir.tile_table import repeats_its_rows
-from gruc.passes.liveness import Step
+from gruc.passes.steps import Step
 from gruc.target import Target
 
 VERTEX_OVERHEAD_CYCLES = 50

@@ -22,7 +22,7 @@ from typing import IO, Any, Iterator, TextIO
 import numpy as np
 
 from gruc.errors import GrucValueError
-from gruc.passes.liveness import Step
+from gruc.passes.steps import Step
 from gruc.passes.plan_memory import MemoryPlan, TileOverflow
 from gruc.runtime.cost import StepCost
 from gruc.target import Target
