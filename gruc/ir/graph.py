@@ -74,6 +74,23 @@ class Function:
     program: Program
 
 
+_COMPARED_AT_ONCE = 1 << 16
+
+
+def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
+    """``array_equal`` that stops at the first block of rows that differs: a layer's user-mapped
+    sequence (tens of millions of elements) is compared with the layer's own layout, which
+    usually differs in its first row already.  Views are compared as they are (one whose rows
+    repeat is never expanded)."""
+    if first.shape != second.shape:
+        return bool(np.array_equal(first.reshape(-1), second.reshape(-1)))
+    if first.ndim == 0:
+        return bool(first == second)
+    step = max(1, _COMPARED_AT_ONCE // max(1, first[:1].size))
+    return all(np.array_equal(first[begin:begin + step], second[begin:begin + step])
+               for begin in range(0, len(first), step))
+
+
 def check_op_args(graph: object, prog: object, what: str) -> None:
     """The graph and program every op builder takes, checked before the op adds anything, so a
     swapped or missing argument is named instead of failing deep inside the builder."""
@@ -331,11 +348,9 @@ class Graph:
         """Whether two views of as many elements have them on the same tiles, element by element
         (flattened): two sequences the table stores as one step each compare first rows."""
         tiles, other = self.element_tile_view(first), self.element_tile_view(second)
-        if tiles.shape != other.shape:
-            return bool(np.array_equal(tiles.reshape(-1), other.reshape(-1)))
-        if repeats_its_rows(tiles) and repeats_its_rows(other):
+        if tiles.shape == other.shape and repeats_its_rows(tiles) and repeats_its_rows(other):
             tiles, other = tiles[0], other[0]
-        return bool(np.array_equal(tiles, other))
+        return _equal_by_chunks(tiles, other)
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         """Whether every element of ``tensor`` has a tile: known without reading its tiles when

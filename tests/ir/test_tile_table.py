@@ -84,3 +84,23 @@ def test_the_tile_table_answers_like_a_table_of_every_element(data):
         picked = np.array(data.draw(st.lists(st.integers(0, len(model) - 1), max_size=6)),
                           np.int64)
         np.testing.assert_array_equal(graph.element_tiles_of_ids(picked), model[picked])
+
+
+def test_same_tiles_compares_long_sequences_to_their_last_element():
+    """Long views are compared block of rows by block of rows, stopping at the first that
+    differs: a difference in the last element only, past the first block, still tells them apart;
+    a sequence stored as one row compares equal to one mapped element by element alike."""
+    graph = Graph(T8)
+    shape = [4, 64, 300]  # 76,800 elements: more than one block of rows
+    row = (np.arange(19200) % 8).reshape(64, 300)
+    alike = graph.add_variable(FLOAT, shape, "alike")
+    graph.set_tile_mapping(alike, np.broadcast_to(row, shape).copy())  # every element's tile
+    rows = graph.add_variable(FLOAT, shape, "rows")
+    graph.set_tile_mapping(rows, row)  # one row's tiles: stored as that row
+    last = graph.add_variable(FLOAT, shape, "last")
+    tiles = np.broadcast_to(row, shape).copy()
+    tiles[-1, -1, -1] = (tiles[-1, -1, -1] + 1) % 8
+    graph.set_tile_mapping(last, tiles)
+    assert graph.same_tiles(alike, rows) and graph.same_tiles(rows, alike)
+    assert not graph.same_tiles(alike, last) and not graph.same_tiles(last, rows)
+    assert graph.same_tiles(alike[1:], rows[1:]) and not graph.same_tiles(alike[3:], last[3:])
