@@ -50,8 +50,8 @@ import numpy as np
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.tensor import Variable
-from gruc.passes.steps import (IfNode, LeafNode, RepeatNode, SequenceNode, Step, StepTree, WhileNode,
-                               bits_of, mask_of)
+from gruc.passes.steps import (IfNode, LeafNode, RepeatNode, SequenceNode, Step, StepTree,
+                               WhileNode, bits_of, mask_of)
 
 __all__ = ["Liveness", "analyse_liveness"]
 
