@@ -188,10 +188,11 @@ class MemoryPlan:
         positions, firsts = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
         count = self._tensor_into(tensor, tile_stride, tensor.dtype.size, firsts, positions, rows)
         positions, firsts = positions[:count], firsts[:count]
-        if count > 1 and np.any(positions[1:] < positions[:-1]):  # parts of a concatenation
-            order = np.argsort(positions, kind="stable")  # along an inner dim, interleaved
-            positions, firsts = positions[order], firsts[order]
-            begins = np.ones(count, dtype=bool)
+        if count > 1:  # the parts of a concatenation are walked one by one
+            if np.any(positions[1:] < positions[:-1]):  # along an inner dim: interleaved
+                order = np.argsort(positions, kind="stable")
+                positions, firsts = positions[order], firsts[order]
+            begins = np.ones(count, dtype=bool)  # a part's run may continue the last part's
             begins[1:] = firsts[1:] - firsts[:-1] != positions[1:] - positions[:-1]
             positions, firsts = positions[begins], firsts[begins]
         return positions.copy(), firsts.copy()

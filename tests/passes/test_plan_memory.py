@@ -456,6 +456,20 @@ def test_view_addresses_follow_their_ids(data):
     assert expanded.tolist() == out.tolist()
 
 
+def test_index_runs_join_the_parts_of_a_concatenation_that_continue_each_other():
+    """Parts of a concatenation are walked one by one; where one part's last element and the
+    next part's first are consecutive in memory, the run goes on (runs are maximal)."""
+    graph = Graph(TARGET)
+    x = graph.add_variable(FLOAT, [2, 3], "x")
+    graph.set_tile_mapping(x, 0)
+    plan = plan_memory(Module(graph, [Copy(x, x)]))
+    start = int(plan.element_indices(x, 8192)[0])
+    positions, firsts = plan.index_runs(concat([x[0], x[1]], 0), 8192)
+    assert positions.tolist() == [0] and firsts.tolist() == [start]
+    positions, firsts = plan.index_runs(concat([x[1], x[0], x[1]], 0), 8192)
+    assert positions.tolist() == [0, 3] and firsts.tolist() == [start + 3, start]
+
+
 def _layout_rule_addresses(graph, plan, variable):
     """Each element's byte address by the module docstring's rule, element by element: its
     tile's block offset plus its rank among the variable's elements on that tile."""
