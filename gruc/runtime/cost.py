@@ -274,18 +274,19 @@ class _StepCoster:
         if src_tiles.shape == dst_tiles.shape and repeats_its_rows(src_tiles) \
                 and repeats_its_rows(dst_tiles) and not node.src.has_repeats():
             rows, src_tiles, dst_tiles = len(src_tiles), src_tiles[0], dst_tiles[0]
-        dst_tiles = np.ascontiguousarray(dst_tiles.reshape(-1))
-        src_tiles = np.ascontiguousarray(src_tiles.reshape(-1))
         size = node.dst.dtype.size * rows
         local, received, sent = self.zeros(), self.zeros(), self.zeros()
-        crosses = _copy_counts(dst_tiles, src_tiles, self.target.tiles_per_ipu, local, received,
-                               sent)
+        (dst_row, dst_alike), (src_row, src_alike) = _by_rows(dst_tiles), _by_rows(src_tiles)
+        crosses = _copy_counts(dst_row, dst_alike, src_row, src_alike,
+                               node.dst.num_elements // rows, self.target.tiles_per_ipu, local,
+                               received, sent)
         local *= size
         compute += np.where(local > 0, -(-local // COPY_BYTES_PER_CYCLE), 0)
         if not received.any():
             return
         if node.src.has_repeats():  # a broadcast source: one transfer per (element, receiver)
-            dst_tiles, src_tiles = dst_tiles.astype(np.int64), src_tiles.astype(np.int64)
+            dst_tiles, src_tiles = dst_tiles.astype(np.int64).reshape(-1), \
+                src_tiles.astype(np.int64).reshape(-1)
             self.remote_by_element(node.src, dst_tiles, src_tiles, dst_tiles != src_tiles,
                                    bytes_in, bytes_out, crossing)
         else:  # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
@@ -317,20 +318,34 @@ class _StepCoster:
         return StepCost(compute, bytes_in, bytes_out, int(compute.max(initial=0)), exchange, sync)
 
 
+def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:
+    """A copy side's element tiles as :func:`_copy_counts` takes them: its first row alone, and
+    True, when its rows repeat (a sequence the table stores as one row: never expanded, though
+    the other side is a sequence mapped element by element), else all of them, and False."""
+    if tiles.ndim > 1 and len(tiles) > 1 and repeats_its_rows(tiles):
+        return np.ascontiguousarray(tiles[0].reshape(-1)), True
+    return np.ascontiguousarray(tiles.reshape(-1)), False
+
+
 @njit(cache=True, nogil=True)
-def _copy_counts(dst_tiles, src_tiles, tiles_per_ipu, local, received,
-                 sent):  # pragma: no cover (compiled)
-    """Per tile, the copy's elements that stay on it (``local``), arrive at it from another tile
-    (``received``) and leave it (``sent``); returns whether any crosses between IPUs."""
+def _copy_counts(dst_tiles, dst_alike, src_tiles, src_alike, count, tiles_per_ipu, local,
+                 received, sent):  # pragma: no cover (compiled)
+    """Per tile, the ``count`` elements of a copy that stay on it (``local``), arrive at it from
+    another tile (``received``) and leave it (``sent``); returns whether any crosses between
+    IPUs.  A side that is ``alike`` gives one row's tiles, the same for every row."""
     crosses = False
-    for k in range(dst_tiles.shape[0]):
-        to, held = dst_tiles[k], src_tiles[k]
-        if to == held:
-            local[to] += 1
-        else:
-            received[to] += 1
-            sent[held] += 1
-            crosses |= to // tiles_per_ipu != held // tiles_per_ipu
+    row = dst_tiles.shape[0] if dst_alike else (src_tiles.shape[0] if src_alike else count)
+    for first in range(0, count, max(row, 1)):
+        dst_first = 0 if dst_alike else first
+        src_first = 0 if src_alike else first
+        for k in range(min(row, count - first)):
+            to, held = dst_tiles[dst_first + k], src_tiles[src_first + k]
+            if to == held:
+                local[to] += 1
+            else:
+                received[to] += 1
+                sent[held] += 1
+                crosses |= to // tiles_per_ipu != held // tiles_per_ipu
     return crosses
 
 

@@ -76,11 +76,16 @@ def exchange_module() -> Module:
     graph.set_tile_mapping(relaid, np.array([[0, 5, 6], [7, 4, 1]]))
     prog.add(Copy(laid, relaid))
     dynamic_slice(graph, relaid, offset, [0], [1], prog)
+    # a sequence mapped element by element copied into one laid out alike, and back
+    scattered = graph.add_variable(FLOAT, (5, 2, 3), "scattered")
+    graph.map_tensor_linearly(scattered, grain_size=1, min_elements_per_tile=1)
+    prog.add(Copy(scattered, relaid))
+    prog.add(Copy(laid.reverse(2), scattered))
     mixed = graph.add_variable(FLOAT, (5, 6), "mixed")  # first and last step on tile 2 only
     graph.set_tile_mapping(mixed, np.array([2, 6, 6, 6, 2])[:, None].repeat(6, 1))
     dynamic_slice(graph, mixed, offset, [0], [1], prog)
     for name, tensor in {"row": row, "grid": grid, "offset": offset, "laid": laid,
-                         "mixed": mixed}.items():
+                         "mixed": mixed, "scattered": scattered}.items():
         graph.create_host_write(name, tensor)
     return Module(graph, [prog])
 
