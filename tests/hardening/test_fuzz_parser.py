@@ -163,13 +163,35 @@ ODD_VALUES = [None, True, -1, 0, 3, 2 ** 31, 2 ** 70, -2 ** 70, 1.5, "", "%x", "
               [], {}, [0, 0], {"tuple": []}, {"float": "inf"}, {"expr": {"op": "nope"}}]
 
 
-def _json_paths(node, path=()):
-    """Every (path, value) of a JSON document, containers first."""
-    yield path, node
-    items = node.items() if isinstance(node, dict) else enumerate(node) \
-        if isinstance(node, list) else ()
-    for key, child in items:
-        yield from _json_paths(child, path + (key,))
+def _json_paths(document):
+    """Every (path, value) of a JSON document, containers first (in document order).  Walked
+    with a stack of its own: after a few edits a value may be buried over a thousand levels
+    deep, and a recursive walk would then fail or not depending on how deep the caller's stack
+    already is — which differs between hypothesis generating an example and replaying it."""
+    stack = [((), document)]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        stack.extend(reversed([(path + (key,), child) for key, child in items]))
+
+
+def _json_copy(value):
+    """A deep copy of a JSON value, however deeply buried (a stack of its own, as above)."""
+    root = [None]
+    stack = [(value, root, 0)]
+    while stack:
+        node, into, at = stack.pop()
+        if isinstance(node, dict):
+            into[at] = {}
+            stack.extend((child, into[at], key) for key, child in node.items())
+        elif isinstance(node, list):
+            into[at] = [None] * len(node)
+            stack.extend((child, into[at], k) for k, child in enumerate(node))
+        else:
+            into[at] = node
+    return root[0]
 
 
 def _mutate_json(document, data):
@@ -185,7 +207,7 @@ def _mutate_json(document, data):
     if action == "delete":
         del parent[key]
     elif action == "duplicate" and isinstance(parent, list):
-        parent.insert(key, json.loads(json.dumps(parent[key])))
+        parent.insert(key, _json_copy(parent[key]))
     elif action == "bury":
         value = parent[key]
         for _ in range(data.draw(st.integers(1, 600))):
@@ -193,7 +215,7 @@ def _mutate_json(document, data):
                                                {"op": "neg", "args": [value]}]))
         parent[key] = value
     else:
-        parent[key] = json.loads(json.dumps(data.draw(st.sampled_from(ODD_VALUES))))
+        parent[key] = _json_copy(data.draw(st.sampled_from(ODD_VALUES)))
     return document
 
 
