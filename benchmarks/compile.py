@@ -13,9 +13,12 @@ second run), measuring:
   preparing kernels — and ``peak_rss_mb`` of the process.
 
 The loop body does not grow with ``S``, so an ideal compiler's time would not either; the ratio
-``S=2000 / S=20`` of build + engine seconds says how far gruc is from that.  A length whose process
-fails or exceeds ``--timeout`` seconds or ``--memory-gb`` is recorded as such, not dropped.
-Writes ``benchmarks/results/compile.json``.  ``python benchmarks/compile.py [--lengths 20,200,2000]``
+``S=2000 / S=20`` of build + engine seconds says how far gruc is from that.  Each length is measured
+``--repeats`` times, the lengths interleaved (a slow spell of a shared machine lands on all of them,
+not one), and each figure is the median of its repeats.  A length whose process fails or exceeds
+``--timeout`` seconds or ``--memory-gb`` is recorded as such, not dropped.  Writes
+``benchmarks/results/compile.json``.
+``python benchmarks/compile.py [--lengths 20,200,2000] [--repeats 3]``
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -70,7 +74,17 @@ def measure(length: int, timeout: float, memory_gb: float) -> dict:
                                        f"(memory cap {memory_gb} GB): {last}"}
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["build_and_compile_seconds"] = result["build_seconds"] + result["engine_seconds"]
-    return {"S": length, **{k: round(v, 3) for k, v in result.items()}}
+    return {"S": length, **result}
+
+
+def median_row(runs: list[dict]) -> dict:
+    """One length's repeats folded into their medians (the first failure, if any run failed)."""
+    failed = [run for run in runs if "failed" in run]
+    if failed:
+        return failed[0]
+    keys = [key for key in runs[0] if key != "S"]
+    return {"S": runs[0]["S"], "repeats": len(runs),
+            **{key: round(statistics.median(run[key] for run in runs), 3) for key in keys}}
 
 
 def main() -> None:
@@ -78,8 +92,14 @@ def main() -> None:
     parser.add_argument("--lengths", default="20,200,2000")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--memory-gb", type=float, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    rows = [measure(int(s), args.timeout, args.memory_gb) for s in args.lengths.split(",")]
+    lengths = [int(s) for s in args.lengths.split(",")]
+    runs: dict[int, list[dict]] = {length: [] for length in lengths}
+    for _ in range(args.repeats):
+        for length in lengths:
+            runs[length].append(measure(length, args.timeout, args.memory_gb))
+    rows = [median_row(runs[length]) for length in lengths]
     for row in rows:
         if "failed" in row:
             print(f"S={row['S']:>5}: failed: {row['failed']}")

@@ -10,7 +10,7 @@ report for per-tile figures).  Addresses come from the plan's runs by the compil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import Tensor
 from gruc.passes.addresses import fill_addresses, row_moves
 from gruc.passes.liveness import Liveness
+from gruc.passes.row_runs import ColumnRowRuns, RowRuns
 
 __all__ = ["MemoryPlan", "TileOverflow"]
 
@@ -155,8 +156,25 @@ class MemoryPlan:
         periods apart in one such variable, part by part for a concatenation along a later dim).
         Row ``r`` of run ``k`` then starts at ``firsts[k] + r * moves[k]``.  None otherwise, or
         for fewer than two rows: a caller wanting a long sequence's slices without listing every
-        row's runs falls back to :meth:`index_runs`."""
-        if tensor.rank < 2 or tensor.shape[0] < 2 or not self._rows_step_by_periods(tensor):
+        row's runs falls back to :meth:`index_runs`.  A 2-D view's column slices (and their
+        concatenations along the columns) are cut from the view's runs, found once
+        (:mod:`gruc.passes.row_runs`)."""
+        if tensor.rank < 2 or tensor.shape[0] < 2:
+            return None
+        if tile_stride not in self._column_row_runs:
+            self._column_row_runs[tile_stride] = ColumnRowRuns(
+                partial(self.row_index_runs, tile_stride=tile_stride),
+                partial(self._walked_row_runs, tile_stride=tile_stride))
+        return self._column_row_runs[tile_stride].find(tensor)
+
+    @cached_property
+    def _column_row_runs(self) -> dict[int, ColumnRowRuns]:
+        """Per tile stride, the row runs of the views whose column slices were asked for."""
+        return {}
+
+    def _walked_row_runs(self, tensor: Tensor, tile_stride: int) -> RowRuns | None:
+        """:meth:`row_index_runs` found by walking ``tensor``'s first two rows."""
+        if not self._rows_step_by_periods(tensor):
             return None
         positions, firsts = self._index_runs(tensor, tile_stride, 2)  # the first two rows
         moves = row_moves(positions, firsts, tensor.num_elements // tensor.shape[0])

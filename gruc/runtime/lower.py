@@ -34,11 +34,8 @@ from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repe
 from gruc.ir.tensor import Tensor
 from gruc.passes.liveness import Liveness
 from gruc.passes.plan_memory import MemoryPlan
+from gruc.passes.row_runs import RowRuns
 from gruc.types import ALL_TYPES, DType
-
-RowRuns = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A first row's runs of consecutive indices (flat positions, first indices) and how far each
-run's indices move a row (:meth:`Operand.row_runs`)."""
 
 TILE_STRIDE_ALIGNMENT = 64
 """Simulated tiles start on cache-line boundaries (and so on every type's alignment)."""

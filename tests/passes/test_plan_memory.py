@@ -536,3 +536,64 @@ def test_row_moves_of_two_rows_runs():
     assert moves([0], [100]) == [6]                         # one run over both rows
     assert moves([0, 4, 6, 8], [100, 200, 150, 250]) is None  # row 1 cut at 2, row 0 at 4
     assert moves([0, 6, 9], [100, 150, 300]) is None          # one run, then two
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
+    """Per-tile column slices of a sequence laid out alike at every step (and concatenations of
+    them along the columns, as the GRU layer's gate slices are) get their row runs cut from the
+    sequence's: expanded row by row, they give every element's index; the sequence is walked once
+    for all its slices."""
+    graph = Graph(TARGET)
+    steps = data.draw(st.integers(2, 5), label="steps")
+    width = data.draw(st.integers(1, 12), label="width")
+    x = graph.add_variable(FLOAT, [steps, 2, width], "x")
+    row_tiles = np.array(data.draw(st.lists(st.integers(0, TARGET.num_tiles - 1),
+                                            min_size=2 * width, max_size=2 * width), label="tiles"))
+    graph.set_tile_mapping(x, row_tiles.reshape(2, width))
+    rows = x.reshape([steps, 2 * width])
+    plan = plan_memory(Module(graph, [Sequence(Copy(x, x))]))
+    bounds = sorted(data.draw(st.lists(st.integers(0, 2 * width), min_size=2, max_size=6),
+                              label="bounds"))
+    slices = [rows.slice(begin, end, 1) for begin, end in zip(bounds, bounds[1:]) if end > begin]
+    views = slices + ([concat(slices[::-1], 1), concat(slices, 1)] if slices else [])
+    stride = TARGET.bytes_per_tile
+    for view in views:
+        found = plan.row_index_runs(view, stride)
+        assert found is not None, view
+        positions, firsts, moves = found
+        row = view.num_elements // steps
+        lengths = np.diff(np.append(positions, row))
+        first_row = np.repeat(firsts - positions, lengths) + np.arange(row)
+        every_row = first_row + np.arange(steps)[:, None] * np.repeat(moves, lengths)
+        assert every_row.reshape(-1).tolist() == plan.element_indices(view, stride).tolist()
+        assert np.all(positions[1:] > positions[:-1])
+        assert np.all(firsts[1:] - firsts[:-1] != positions[1:] - positions[:-1])  # maximal
+    if slices:  # the slices joined in order are the columns they span, run for run
+        joined = plan.row_index_runs(views[-1], stride)
+        spanned = plan.row_index_runs(rows.slice(bounds[0], bounds[-1], 1), stride)
+        assert [part.tolist() for part in joined] == [part.tolist() for part in spanned]
+    walked = plan._column_row_runs[stride]._parents if slices else {}
+    assert list(walked) == ([id(rows)] if slices else [])
+
+
+def test_row_runs_cut_to_columns_and_joined_back():
+    """Worked examples of cutting a row's runs to a column range and joining column views."""
+    from gruc.passes.row_runs import cut_columns, join_columns, run_ends
+
+    def listed(runs):
+        return None if runs is None else [part.tolist() for part in runs]
+
+    row = (np.array([0, 4, 6]), np.array([100, 200, 300]), np.array([10, 10, 20]))
+    ends = run_ends(row, 9)
+    assert ends.tolist() == [4, 6, 9]
+    assert listed(cut_columns(row, ends, 2, 7)) == [[0, 2, 4], [102, 200, 300], [10, 10, 20]]
+    assert listed(cut_columns(row, ends, 4, 6)) == [[0], [200], [10]]
+    assert listed(cut_columns(row, ends, 7, 9)) == [[0], [301], [20]]
+    assert listed(cut_columns(row, ends, 5, 5)) == [[], [], []]
+    left, right = cut_columns(row, ends, 0, 2), cut_columns(row, ends, 2, 4)
+    assert listed(join_columns([left, right], [2, 2])) == [[0], [100], [10]]  # one run again
+    assert listed(join_columns([right, left], [2, 2])) == [[0, 2], [102, 100], [10, 10]]
+    moved_apart = (np.array([0]), np.array([102]), np.array([7]))
+    assert join_columns([left, moved_apart], [2, 2]) is None  # continues in row 0, not in row 1
