@@ -27,9 +27,22 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> 
     return statistics.median(times)
 
 
+def cpu_model() -> str:
+    """The processor's name (results from different machines are not comparable)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "machine": platform.machine(),
-            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "cpu": cpu_model(), "cpus": os.cpu_count(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
