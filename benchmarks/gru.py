@@ -21,7 +21,8 @@ contender ran untimed for a moment (:data:`SWITCH_SECONDS`):
 Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported; the gruc forward output is checked
 against torch's (max abs difference; poplibs' test data with the weights scaled as torch
 initialises them, see :func:`torch_scaled`).  Build and compile seconds of the gruc layers are recorded
-too.  Writes ``benchmarks/results/gru.json`` and prints a table.
+too, and where a gruc run's time goes, by kind of step (:func:`breakdown`, timed in extra runs
+after the interleaved ones).  Writes ``benchmarks/results/gru.json`` and prints a table.
 ``python benchmarks/gru.py [--repeats N] [--shapes 100x16x128x128,...]``
 """
 
@@ -46,6 +47,7 @@ from gruc import Engine  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
 from gruc.runtime.blas import Product, library_name  # noqa: E402
+from gruc.runtime.lower import ExecuteStep  # noqa: E402
 
 SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))
 THREADS = 2
@@ -191,6 +193,59 @@ def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+STEP_KINDS = (("products", {"MatMulPartials"}),
+              ("product_outputs", {"MatMulReduce", "MatMulReduceAcc"}),
+              ("elementwise", {"Map", "MapInPlace"}),
+              ("reductions", {"Reduce", "ReduceUpdate"}),
+              ("sequence_slices", {"DynamicSlice", "DynamicUpdate"}))
+"""How :func:`breakdown` names the steps of a run, by the kinds of vertices they execute:
+products (a BLAS call with the operands it gathers from tile memory), writing or accumulating
+their outputs into tile memory, elementwise maps, reductions, and slices of the sequences; the
+rest of the Execute steps are ``other_steps``; Copy steps are ``copies``."""
+
+
+def breakdown(engine, repeats: int) -> dict[str, float]:
+    """Mean ms per run of ``engine`` spent in each kind of step (:data:`STEP_KINDS`), outside
+    them (``outside_steps``: walking the program, and a kept weight-gradient accumulator's last
+    products and write-back when a run ends) and in all (``run``): where the simulator's time
+    goes.  Each step's prepared callables and copies are wrapped in a timer for these runs only,
+    which start after :data:`SWITCH_SECONDS` of untimed runs, as the interleaved timings do."""
+    interpreter = engine.interpreter
+    spent: dict[str, float] = {}
+    step_kind = {}
+    for leaf in engine.executable.leaves:
+        if isinstance(leaf, ExecuteStep):
+            kinds = {vertex.kind for vertex in leaf.vertices}
+            step_kind[leaf.step] = next((name for name, members in STEP_KINDS if kinds & members),
+                                        "other_steps")
+
+    def timed(kind: str, run):
+        def run_timed(*args):
+            start = time.perf_counter()
+            run(*args)
+            spent[kind] = spent.get(kind, 0.0) + time.perf_counter() - start
+        return run_timed
+
+    prepared, copy = dict(interpreter.prepared), interpreter.copy
+    for step, runs in prepared.items():
+        interpreter.prepared[step] = tuple(timed(step_kind[step], run) for run in runs)
+    interpreter.copy = timed("copies", copy)
+    try:
+        warm = time.perf_counter() + SWITCH_SECONDS
+        while time.perf_counter() < warm:
+            engine.run(0)
+        spent.clear()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            engine.run(0)
+        total = time.perf_counter() - start
+    finally:
+        interpreter.prepared, interpreter.copy = prepared, copy
+    spent["outside_steps"] = total - sum(spent.values())
+    spent["run"] = total
+    return {kind: round(value / repeats * 1e3, 2) for kind, value in sorted(spent.items())}
+
+
 def measure(shape, repeats: int, peak: float) -> dict:
     fwd_engine, data, fwd_flops, fwd_cost = gruc_engine(shape, "fwd")
     train_engine, _, train_flops, train_cost = gruc_engine(shape, "all")
@@ -209,12 +264,13 @@ def measure(shape, repeats: int, peak: float) -> dict:
     seconds["flop_bound_train"] = train_flops / peak
     difference = float(np.max(np.abs(fwd_engine.read_tensor("output") - torch_fwd().numpy())))
     ms = {name: round(value * 1e3, 2) for name, value in seconds.items()}
+    steps = {"fwd": breakdown(fwd_engine, repeats), "train": breakdown(train_engine, repeats)}
     ratios = {f"gruc_{kind}_over_{peer}": round(seconds[f"gruc_{kind}"]
                                                 / seconds[f"{peer}_{kind}"], 3)
               for kind in ("fwd", "train") for peer in ("torch", "numpy", "flop_bound")}
     return {"shape": "x".join(map(str, shape)), "T_B_I_H": list(shape), "median_ms": ms, "ratios": ratios,
             "gruc_fwd_vs_torch_max_abs_difference": difference,
-            "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
+            "gruc_ms_by_step_kind": steps, "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
             "flops": {"fwd": fwd_flops, "train": train_flops}}
 
 
@@ -239,6 +295,9 @@ def main() -> None:
                   f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  bound "
                   f"{ms[f'flop_bound_{kind}']:7.1f}  ({ratios[f'gruc_{kind}_over_torch']:.2f}x, "
                   f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
+        for kind, spent in row["gruc_ms_by_step_kind"].items():
+            print(f"{'':>16} gruc {kind} by step kind (ms): "
+                  + ", ".join(f"{name} {value:.1f}" for name, value in spent.items()))
         print(f"{'':>16} gruc forward output vs torch: max abs difference "
               f"{row['gruc_fwd_vs_torch_max_abs_difference']:.1e}")
     write_result("gru", {"threads": THREADS, "gruc_products": library,
