@@ -1,14 +1,16 @@
-"""The float32 products of the numba engine: Intel MKL where it is installed, numpy otherwise.
+"""The float32 products of the numba engine: Intel MKL on Intel processors where it is installed,
+numpy otherwise.
 
 Why not simply ``numpy.matmul``: a recurrent step multiplies a thin activation (a batch of 32 or
 64 rows) by the same weights on every step, and a BLAS library re-lays the weights out into its
 kernel's blocks ("packs" them) on every call.  For so few rows the packing costs as much as the
-arithmetic: numpy's OpenBLAS took 420 us for a 32x512 by 512x1536 product here (120 GFLOP/s, half
-its peak).  MKL's packed interface packs the weights once and multiplies from the packed copy
-(210 us); its plain ``sgemm`` is also faster on thin products (320 us).  So the engine's products
-go to MKL when the ``mkl`` wheel is importable (it is a dependency on x86-64 Linux) and to
-``numpy.matmul`` everywhere else — the same sums in another order, so results differ from one
-library to the other in the last bits, as they do between BLAS builds.
+arithmetic: on an Intel VM (AVX-512) numpy's OpenBLAS took 420 us for a 32x512 by 512x1536
+product (120 GFLOP/s, half its peak).  MKL's packed interface packs the weights once and
+multiplies from the packed copy (210 us); its plain ``sgemm`` is also faster on thin products
+(320 us).  So on Intel's processors the engine's products go to MKL when the ``mkl`` wheel is
+importable (it is a dependency on x86-64 Linux), and to ``numpy.matmul`` everywhere else — the
+same sums in another order, so results differ from one library to the other in the last bits, as
+they do between BLAS builds.
 
 Every product must have the same bits whenever it is taken — a layer split into time shards
 must give the unsplit layer's results bit for bit (SPEC G2).  MKL is put in its strict
@@ -26,8 +28,15 @@ MKL's OpenMP workers spin 200 ms after each call by default, which would steal t
 whatever runs next (torch, in the benchmark); gruc sets ``KMP_BLOCKTIME=1`` (1 ms: longer than the
 gaps between the products of a step) unless the environment sets it, before MKL starts.
 
-``GRUC_BLAS`` chooses: ``auto`` (the default: MKL if it loads), ``mkl`` (an error if it does not)
-or ``numpy``.  It is read when an engine prepares its products.
+MKL is for Intel's processors.  On an AMD EPYC (2 cores, AVX2) its products were the slower ones:
+a 2048-cubed product at 165 GFLOP/s against OpenBLAS's 187, a 6,400-row input projection 18.5 ms
+against 13.7, a packed 32-row product no faster than OpenBLAS's plain one; and the GRU layers
+built both ways in one process and run alternately took 2-7 % longer with MKL in 10 of 12
+comparisons (the 512 training step 710 against 679 ms).
+
+``GRUC_BLAS`` chooses: ``auto`` (the default: MKL on an Intel processor if it loads, else numpy),
+``mkl`` (on any processor; an error if it does not load) or ``numpy``.  It is read when an engine
+prepares its products.
 """
 
 from __future__ import annotations
@@ -121,13 +130,28 @@ def _mkl() -> ctypes.CDLL | None:
     return library
 
 
+@cache
+def processor_vendor() -> str | None:
+    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``, ...), or None
+    where ``/proc/cpuinfo`` does not say."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def library_name() -> str:
-    """The library the next engine's products use, as ``GRUC_BLAS`` and this machine allow."""
+    """The library the next engine's products use, as ``GRUC_BLAS`` and this machine allow:
+    with ``auto``, MKL on Intel's processors only (see the module's docstring)."""
     choice = os.environ.get("GRUC_BLAS", "auto")
     if choice not in CHOICES:
         raise GrucValueError(f"GRUC_BLAS={choice!r} names no product library gruc has: allowed "
                              f"{', '.join(CHOICES)}")
-    if choice == "numpy":
+    if choice == "numpy" or (choice == "auto" and processor_vendor() != "GenuineIntel"):
         return "numpy"
     if _mkl() is not None:
         return "mkl"

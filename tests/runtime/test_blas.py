@@ -24,8 +24,28 @@ LIBRARIES = ["numpy", pytest.param("mkl", marks=pytest.mark.skipif(
 
 
 def test_mkl_loads_where_it_is_a_dependency(monkeypatch):
+    assert (blas._mkl() is not None) == MKL_EXPECTED
+    monkeypatch.setenv("GRUC_BLAS", "mkl")  # asked for, on any processor
+    if MKL_EXPECTED:
+        assert blas.library_name() == "mkl"
+
+
+@pytest.mark.parametrize("vendor, chosen", [("GenuineIntel", "mkl"), ("AuthenticAMD", "numpy"),
+                                            (None, "numpy")])
+def test_auto_takes_mkl_on_intel_processors_only(vendor, chosen, monkeypatch):
     monkeypatch.delenv("GRUC_BLAS", raising=False)
-    assert blas.library_name() == ("mkl" if MKL_EXPECTED else "numpy")
+    monkeypatch.setattr(blas, "processor_vendor", lambda: vendor)
+    monkeypatch.setattr(blas, "_mkl", lambda: object())  # loaded, wherever the test runs
+    assert blas.library_name() == chosen
+    monkeypatch.setenv("GRUC_BLAS", "mkl")
+    assert blas.library_name() == "mkl"
+
+
+@pytest.mark.skipif(not MKL_EXPECTED, reason="x86-64 Linux names the vendor in /proc/cpuinfo")
+def test_the_processor_vendor_is_read_from_linux():
+    with open("/proc/cpuinfo") as info:
+        named = next(line for line in info if line.startswith("vendor_id"))
+    assert blas.processor_vendor() == named.split(":")[1].strip() != ""
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -74,6 +94,7 @@ def test_the_library_choice_is_checked(monkeypatch):
     monkeypatch.setenv("GRUC_BLAS", "numpy")
     assert blas.library_name() == "numpy"
     monkeypatch.setattr(blas, "_mkl", lambda: None)  # a machine without MKL
+    monkeypatch.setattr(blas, "processor_vendor", lambda: "GenuineIntel")
     monkeypatch.setenv("GRUC_BLAS", "auto")
     assert blas.library_name() == "numpy"
     monkeypatch.setenv("GRUC_BLAS", "mkl")
