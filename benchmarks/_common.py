@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from gruc.runtime.blas import cpu_info
 from gruc.runtime.report import atomic_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -29,14 +30,7 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> 
 
 def cpu_model() -> str:
     """The processor's name (results from different machines are not comparable)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpu_info("model name") or platform.processor() or "unknown"
 
 
 def machine() -> dict[str, Any]:

@@ -130,18 +130,23 @@ def _mkl() -> ctypes.CDLL | None:
     return library
 
 
-@cache
-def processor_vendor() -> str | None:
-    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``, ...), or None
-    where ``/proc/cpuinfo`` does not say."""
+def cpu_info(field: str) -> str | None:
+    """The first processor's ``field`` in Linux's ``/proc/cpuinfo`` (``vendor_id``, ``model
+    name``, ...), or None where it does not say."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
+
+
+@cache
+def processor_vendor() -> str | None:
+    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``, ...)."""
+    return cpu_info("vendor_id")
 
 
 def library_name() -> str:
