@@ -166,19 +166,20 @@ def _at_offset(shape: tuple[int, ...], offset: int) -> np.ndarray:
     return buffer[start:start + size].reshape(shape)
 
 
-@pytest.mark.skipif(not MKL_EXPECTED, reason="the mkl wheel exists for x86-64 only")
-@pytest.mark.parametrize("M, K, N", [(32, 1536, 512), (7, 300, 45)])
-def test_products_have_the_same_bits_packed_or_plain_at_any_alignment(M, K, N, monkeypatch, rng):
+@pytest.mark.parametrize("library", LIBRARIES)
+@pytest.mark.parametrize("M, K, N", [(32, 1536, 512), (64, 256, 768), (7, 300, 45)])
+def test_products_have_the_same_bits_packed_or_plain_at_any_alignment(library, M, K, N,
+                                                                      monkeypatch, rng):
     """What lets a layer split into time shards give the unsplit layer's bits (SPEC G2): each
     shard's loop packs its weights at its own first step, from arrays of its own alignment."""
-    monkeypatch.setenv("GRUC_BLAS", "mkl")
+    monkeypatch.setenv("GRUC_BLAS", library)
     values_a, values_b = rng.uniform(-1, 1, (1, M, K)), rng.uniform(-1, 1, (1, K, N))
     results = []
     for offset in (0, 4, 16, 36):
         a, b = _at_offset((1, M, K), offset), _at_offset((1, K, N), 60 - offset)
         out = _at_offset((1, M, N), offset // 2)
         a[...], b[...] = values_a, values_b
-        blas.Product(a, b, out, "mkl")()
+        blas.Product(a, b, out, library)()
         results.append(out.copy())
         blas.WeightsProduct(a, b, out)(b_changed=True)
         results.append(out.copy())
