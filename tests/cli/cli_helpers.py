@@ -1,4 +1,8 @@
-"""What the CLI tests share: a small layer's flags and an in-process ``gruc`` runner."""
+"""What the CLI tests share: a small layer's flags, an in-process ``gruc`` runner and the command
+that runs ``gruc`` in a process of its own."""
+
+import sys
+from pathlib import Path
 
 from gruc.cli import main
 
@@ -14,3 +18,11 @@ def gruc(argv, capsys) -> tuple[int, str, str]:
         code = exit_.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+_SCRIPT = Path(sys.executable).with_name("gruc")
+GRUC = [str(_SCRIPT)] if _SCRIPT.exists() else \
+    [sys.executable, "-c", "import sys; from gruc.cli import main; sys.exit(main())"]
+"""The console script installed beside the interpreter running the tests (not whichever ``gruc``
+comes first on PATH: another environment's would test another checkout), or the same entry point
+run by that interpreter."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 
@@ -21,7 +20,7 @@ from gruc.ir.serialize import module_from_json
 from gruc.passes import PASSES
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.viz import dataflow_dot
-from cli_helpers import SMALL, gruc
+from cli_helpers import GRUC, SMALL, gruc
 
 
 
@@ -213,11 +212,6 @@ def test_opt_reads_stdin(monkeypatch, capsys):
     assert gruc(["opt", "-", "-p", "plan-memory"], capsys)[1] == text
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))
     assert gruc(["opt", "--format", "dot"], capsys)[1] == dataflow_dot(parse_module(text))
-
-
-GRUC = [shutil.which("gruc")] if shutil.which("gruc") else \
-    [sys.executable, "-c", "import sys; from gruc.cli import main; sys.exit(main())"]
-"""The installed console script (or the same entry point when it is not on PATH)."""
 
 
 def test_dump_pipes_into_opt_through_the_console_script():
