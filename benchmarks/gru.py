@@ -13,6 +13,12 @@ contender ran untimed for a moment (:data:`SWITCH_SECONDS`):
   forward + ``backward`` of ``sum(output * grad_output)`` with ``x``, ``h0`` and the weights
   requiring gradients.
 * ``numpy_fwd`` / ``numpy_train``: a float32 numpy implementation (OpenBLAS, 2 threads).
+* ``products_fwd`` / ``products_train``: only the float32 products gruc's layer takes, in its
+  order and shapes, on host arrays by the same library (:class:`PoplibsProducts`): what gruc
+  would take if simulating the tiles cost nothing.  poplibs' algorithm multiplies by the input
+  weights on every step (and by their transpose on every backward step), where torch takes those
+  as one product over the whole sequence: when this alone takes longer than torch's whole run, no
+  simulator of that algorithm can beat torch on this machine.
 * ``flop_bound_fwd`` / ``flop_bound_train``: poplibs' FLOP formulas for the layer divided by the
   peak sgemm rate measured here (a 2048^3 float32 product, the faster of numpy's and the library
   gruc's products use, MKL where installed: :mod:`gruc.runtime.blas`) — no implementation can
@@ -47,6 +53,7 @@ from gruc import Engine  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
 from gruc.runtime.blas import Product, library_name  # noqa: E402
+from gruc.runtime.codelets.matmul import DEFERRED_DEPTH  # noqa: E402
 from gruc.runtime.lower import ExecuteStep  # noqa: E402
 
 SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))
@@ -100,6 +107,68 @@ def numpy_train(x, h0, w_ih, w_hh, b_ih, b_hh, grad_output):
     h_prevs = np.concatenate([h0[None], outputs[:-1]]).reshape(-1, hidden)
     return dict(x=(flat_pre @ w_ih).reshape(x.shape), h0=dh, w_ih=flat_pre.T @ x.reshape(-1, x.shape[2]),
                 w_hh=flat_rec.T @ h_prevs, b_ih=flat_pre.sum(0), b_hh=flat_rec.sum(0))
+
+
+class PoplibsProducts:
+    """The float32 products of gruc's layer and nothing else, on contiguous host arrays, by the
+    library gruc's products use (:func:`~gruc.runtime.blas.library_name`).
+
+    Forward, on every step: the step's input ``[B, I]`` by the input weights ``[I, 3H]``, and
+    the state ``[B, H]`` by the recurrent weights ``[H, 3H]``.  Backward, on every step from the
+    last: the gate gradients ``[B, 3H]`` by both weights transposed (copies made once, as gruc's
+    pre-arranged weights are), the gradients of the state and of the step's input; the weight
+    gradients' products are stacked over steps and taken :data:`DEFERRED_DEPTH` rows of k at a
+    time, as gruc's engine takes them.  The operands hold fixed values: the products' time does
+    not depend on them."""
+
+    def __init__(self, shape, library: str) -> None:
+        steps, batch, inputs, hidden = self.shape = shape
+        rng = np.random.default_rng(0)
+
+        def array(*dims):
+            return rng.standard_normal((1,) + dims, dtype=np.float32)
+
+        x, h, gates = array(steps, batch, inputs), array(batch, hidden), array(batch, 3 * hidden)
+        w_in, w_rec = array(inputs, 3 * hidden), array(hidden, 3 * hidden)
+        projected, recurrent = array(batch, 3 * hidden), array(batch, 3 * hidden)
+        self.forward_products = [(Product(x[:, t], w_in, projected, library),
+                                  Product(h, w_rec, recurrent, library)) for t in range(steps)]
+        self.backward_products = (Product(gates, array(3 * hidden, hidden), array(batch, hidden),
+                                          library),
+                                  Product(gates, array(3 * hidden, inputs), array(batch, inputs),
+                                          library))
+        depth = -(-DEFERRED_DEPTH // batch)
+        self.stacks = [(np.empty((1, depth * batch, rows), np.float32),
+                        np.empty((1, depth * batch, 3 * hidden), np.float32)) for rows in
+                       (inputs, hidden)]
+        self.weight_gradients = [Product(a.transpose(0, 2, 1), b, array(a.shape[2], 3 * hidden),
+                                         library) for a, b in self.stacks]
+        self.depth, self.x, self.h, self.gates, self.library = depth, x, h, gates, library
+
+    def forward(self) -> None:
+        for step in self.forward_products:
+            for product in step:
+                product()
+
+    def train(self) -> None:
+        self.forward()
+        steps, batch = self.shape[:2]
+        stacked = 0
+        for t in reversed(range(steps)):
+            for product in self.backward_products:
+                product()
+            rows = slice(stacked * batch, (stacked + 1) * batch)
+            for (a, b), source in zip(self.stacks, (self.x[:, t], self.h)):
+                a[:, rows], b[:, rows] = source, self.gates
+            stacked += 1
+            if stacked == self.depth:
+                for product in self.weight_gradients:
+                    product()
+                stacked = 0
+        for (a, b), full in zip(self.stacks, self.weight_gradients):  # the last, partial stack
+            if stacked:
+                rows = stacked * batch
+                Product(a[:, :rows].transpose(0, 2, 1), b[:, :rows], full.out, self.library)()
 
 
 # ---- contenders ------------------------------------------------------------------------------
@@ -254,11 +323,13 @@ def measure(shape, repeats: int, peak: float) -> dict:
               ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
     x, h0 = data.x.astype(np.float32), data.h0.astype(np.float32)
     grad = data.grad_output.astype(np.float32)
+    products = PoplibsProducts(shape, library_name())
     seconds = interleaved({
         "gruc_fwd": lambda: fwd_engine.run(0), "torch_fwd": torch_fwd,
         "numpy_fwd": lambda: numpy_forward(x, h0, *arrays),
         "gruc_train": lambda: train_engine.run(0), "torch_train": torch_train,
         "numpy_train": lambda: numpy_train(x, h0, *arrays, grad),
+        "products_fwd": products.forward, "products_train": products.train,
     }, repeats)
     seconds["flop_bound_fwd"] = fwd_flops / peak
     seconds["flop_bound_train"] = train_flops / peak
@@ -267,7 +338,10 @@ def measure(shape, repeats: int, peak: float) -> dict:
     steps = {"fwd": breakdown(fwd_engine, repeats), "train": breakdown(train_engine, repeats)}
     ratios = {f"gruc_{kind}_over_{peer}": round(seconds[f"gruc_{kind}"]
                                                 / seconds[f"{peer}_{kind}"], 3)
-              for kind in ("fwd", "train") for peer in ("torch", "numpy", "flop_bound")}
+              for kind in ("fwd", "train") for peer in ("torch", "numpy", "products", "flop_bound")}
+    ratios.update({f"products_{kind}_over_torch": round(seconds[f"products_{kind}"]
+                                                        / seconds[f"torch_{kind}"], 3)
+                   for kind in ("fwd", "train")})
     return {"shape": "x".join(map(str, shape)), "T_B_I_H": list(shape), "median_ms": ms, "ratios": ratios,
             "gruc_fwd_vs_torch_max_abs_difference": difference,
             "gruc_ms_by_step_kind": steps, "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
@@ -286,13 +360,14 @@ def main() -> None:
     peak = max(peaks.values())  # the bound is the fastest sgemm this machine has
     results = [measure(shape, args.repeats, peak) for shape in shapes]
     print(f"gruc's products: {library}; peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms "
-          f"(ratio gruc/torch, gruc/bound)")
+          f"(ratio gruc/torch, gruc/bound); products: gruc's products alone")
     for row in results:
         ms, ratios = row["median_ms"], row["ratios"]
         name = row["shape"]
         for kind in ("fwd", "train"):
             print(f"{name:>16} {kind:>5}: gruc {ms[f'gruc_{kind}']:9.1f}  torch "
-                  f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  bound "
+                  f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  products "
+                  f"{ms[f'products_{kind}']:7.1f}  bound "
                   f"{ms[f'flop_bound_{kind}']:7.1f}  ({ratios[f'gruc_{kind}_over_torch']:.2f}x, "
                   f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
         for kind, spent in row["gruc_ms_by_step_kind"].items():
