@@ -241,22 +241,27 @@ class HostCopy:
 
 
 class HostCopies:
-    """One :class:`HostCopy` per distinct operand (same type, same elements in the same order)
-    of an executable."""
+    """One :class:`HostCopy` per distinct operand (same type, same elements in the same order,
+    same variables) of an executable.
+
+    Operands of different variables are never shared, even on the same bytes: the memory plan
+    gives the bytes of a variable that is dead to another one, and a copy of the first would
+    not know that the second's writers changed them (a half layer's forward input slice and its
+    weight update's, planned on the same bytes, once shared one stale copy)."""
 
     def __init__(self, executable, step_counts: np.ndarray) -> None:
         self.executable = executable
         self.step_counts = step_counts
-        self._copies: dict[tuple[str, bytes], list[tuple[np.ndarray, HostCopy]]] = {}
+        self._copies: dict[tuple[str, frozenset[int], bytes], list[tuple[np.ndarray, HostCopy]]] = {}
 
     def of(self, operand) -> HostCopy:
         index = operand.index.reshape(-1)
-        key = (operand.dtype.name, hashlib.sha1(index.tobytes()).digest())
+        variables = frozenset(v.index for v in operand.tensor.variables())
+        key = (operand.dtype.name, variables, hashlib.sha1(index.tobytes()).digest())
         same = self._copies.setdefault(key, [])
         for known, copy in same:
             if np.array_equal(known, index):
                 return copy
-        variables = frozenset(v.index for v in operand.tensor.variables())
         copy = HostCopy(np.array(self.executable.writers_of(variables), dtype=np.int64),
                         self.step_counts)
         same.append((index, copy))

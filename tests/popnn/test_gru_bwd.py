@@ -75,6 +75,18 @@ def test_half_data_within_poplibs_tolerances(order, attention):
     assert_gradients_match(run, tolerance=1e-2)   # well inside poplibs' rel 0.3 / abs 7e-2
 
 
+@pytest.mark.parametrize("s, b, i, h, tiles", [(5, 1, 3, 2, 16), (2, 2, 1, 7, 100)])
+def test_half_weight_update_products_read_their_own_inputs(s, b, i, h, tiles):
+    """The numba engine once shared one host copy between two products' operands of different
+    variables that the memory plan put on the same bytes (the forward input slice and the weight
+    update's): the weight update multiplied the forward's stale slice."""
+    config = basic(sequence_size=s, batch_size=b, input_size=i, output_size=h, tiles_per_ipu=tiles,
+                   data_type="half", reset_after=True, phase="wu", backend="numba")
+    run = run_layer(config)
+    assert run.passed, run.mismatches
+    assert_gradients_match(run, tolerance=1e-2)
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("recurrent", RECURRENT)
 def test_activation_combinations(activation, recurrent):
