@@ -15,13 +15,18 @@ from pydantic import Field
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
 
+MAX_IPUS = 64
+"""The most IPUs a target may have (a Pod64)."""
+MAX_TILES_PER_IPU = 8192
+"""The most tiles an IPU may have here (an ipu2 has 1472)."""
+
 
 class Target(GrucModel):
     """A simulated IPU system: ``num_ipus`` IPUs of ``tiles_per_ipu`` tiles each."""
 
     name: str = Field("custom", description="Preset name, for reports.")
-    num_ipus: int = Field(1, ge=1, le=64, description="Number of IPUs; tiles are numbered IPU-major.")
-    tiles_per_ipu: int = Field(1472, ge=1, le=8192, description="Tiles on each IPU.")
+    num_ipus: int = Field(1, ge=1, le=MAX_IPUS, description="Number of IPUs; tiles are numbered IPU-major.")
+    tiles_per_ipu: int = Field(1472, ge=1, le=MAX_TILES_PER_IPU, description="Tiles on each IPU.")
     bytes_per_tile: int = Field(638976, ge=64, description="Tile memory, in bytes (ipu2: 624 KiB).")
     num_worker_contexts: int = Field(6, ge=1, description="Hardware worker threads per tile.")
     clock_hz: float = Field(1.33e9, gt=0, description="Tile clock, in Hz, to turn cycles into seconds.")

@@ -104,6 +104,8 @@ def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
     except ValueError:
         raise GrucValueError(f"{flag} range {text!r} needs {convert.__name__} bounds and step") \
             from None
+    if not all(math.isfinite(value) for value in (start, stop, step)):
+        raise GrucValueError(f"{flag} range {text!r} needs finite bounds and step")
     if step == 0:
         raise GrucValueError(f"{flag} range {text!r} has step 0")
     count = math.floor((stop - start) / step + 1e-9) + 1

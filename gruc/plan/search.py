@@ -112,6 +112,10 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
                              "none")
     low = spec.fixed.get(flag)
     low = 1 if low is None else low
+    try:  # a start value no layer may have is a bad input, not a search that finds nothing
+        GruLayerConfig(**{flag: low})
+    except GrucValueError as error:
+        raise GrucValueError(f"find-max {flag} cannot start at {low!r}: {error}") from None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < low:
         raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
                              f"{low}")

@@ -24,7 +24,7 @@ from gruc.ir.tensor import Tensor
 from gruc.popnn import gru, gru_reference
 from gruc.popnn.gru_params import Activation, GruParams
 from gruc.runtime.engine import Engine
-from gruc.target import Target
+from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, Target
 from gruc.types import UNSIGNED_INT, dtype_of
 from gruc.validated import GrucModel
 
@@ -61,13 +61,14 @@ class GruLayerConfig(GrucModel):
     ignore_input_gradient: bool = False
     save_intermediates: bool = Field(
         False, description="Training forward: save the intermediates and check them too.")
-    available_memory_proportion: float | None = Field(None, ge=0)
+    available_memory_proportion: float | None = Field(None, ge=0, allow_inf_nan=False)
     partials_type: str | None = None
-    tiles_per_ipu: int | None = Field(None, ge=1, description="Default: ipu2's 1472.")
-    ipus: int = Field(1, ge=1, le=64)
-    rel_tolerance: float | None = Field(None, ge=0)
-    abs_tolerance: float | None = Field(None, ge=0)
-    seed: int = 1002
+    tiles_per_ipu: int | None = Field(None, ge=1, le=MAX_TILES_PER_IPU,
+                                      description="Default: ipu2's 1472.")
+    ipus: int = Field(1, ge=1, le=MAX_IPUS)
+    rel_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
+    abs_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
+    seed: int = Field(1002, ge=0, description="Host data seed (MT19937's, as poplibs' tool).")
     backend: Literal["numba", "numpy"] = "numba"
 
     @field_validator("data_type")

@@ -7,6 +7,7 @@ import pytest
 from gruc.errors import GrucValueError
 from gruc.plan import RowStore, SweepSpec, find_max, plan_row
 from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.target import MAX_TILES_PER_IPU
 
 LAYER = {"input_size": 64, "output_size": 64, "batch_size": 32, "tiles_per_ipu": 1, "shards": 1}
 """One tile of 624 KiB: the longest sequence that fits is a few dozen steps."""
@@ -53,3 +54,16 @@ def test_limits_and_bad_flags(tmp_path):
         find_max(SweepSpec(swept={"batch_size": (1, 2)}), "batch_size", tmp_path)
     with pytest.raises(GrucValueError, match="limit 0"):
         find_max(SweepSpec(), "batch_size", tmp_path, limit=0)
+    with pytest.raises(GrucValueError, match="batch_size cannot start at 0: .*batch_size = 0"):
+        find_max(SweepSpec(fixed={"batch_size": 0}), "batch_size", tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_more_tiles_run_to_the_most_a_target_may_have(tmp_path):
+    """Doubling tiles per IPU passes the most a target may have: that value is refused as a
+    configuration (counted as not fitting), not an error that ends the search."""
+    layer = {"sequence_size": 3, "input_size": 4, "output_size": 4, "batch_size": 1}
+    (result,) = find_max(SweepSpec(fixed={**layer, "tiles_per_ipu": 4096}), "tiles_per_ipu",
+                         tmp_path)
+    assert result.value == MAX_TILES_PER_IPU
+    assert "tiles_per_ipu = 8193" in result.failing["error"]
