@@ -52,7 +52,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     the same directory (named ``.tmp-...``, so nothing takes it for a result), which is flushed
     and fsynced before ``os.replace`` swaps it in — atomic on POSIX and Windows within one file
     system — and the directory is fsynced after, so the rename itself survives a crash.  On any
-    error the temporary file is removed and ``path`` is left as it was.
+    error the temporary file is removed and ``path`` is left as it was.  The file gets the
+    permissions ``open`` would have given it (those of the file it replaces, else the umask's),
+    not the owner-only ones of a temporary file.
     """
     if mode not in ("w", "wb"):
         raise GrucValueError(f"atomic_file mode {mode!r} is not supported; allowed: 'w', 'wb'")
@@ -65,6 +67,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _permissions(path))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -75,6 +78,30 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
 
 TEMPORARY_PREFIX = ".tmp-"
 """Start of the name of every temporary file :func:`atomic_file` creates."""
+
+
+def _permissions(path: str | os.PathLike) -> int:
+    """The permission bits a file written at ``path`` keeps: the replaced file's, else what
+    ``open`` gives a new file under this process's umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux says it (``os.umask`` can only
+    be read by setting it, which other threads would see for a moment)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory: str) -> None:

@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,21 @@ def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
     with pytest.raises(GrucValueError, match="mode 'a' is not supported; allowed: 'w', 'wb'"):
         with atomic_file(path, "a"):
             pass
+
+
+def test_files_get_the_permissions_open_would_give_them(tmp_path):
+    """Not a temporary file's owner-only 0600: a new file follows the umask, a replaced one keeps
+    its permissions."""
+    old_mask = os.umask(0o027)
+    try:
+        with atomic_file(tmp_path / "new.json") as handle:
+            handle.write("{}")
+    finally:
+        os.umask(old_mask)
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o640
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}")
+    kept.chmod(0o604)
+    with atomic_file(kept) as handle:
+        handle.write("[]")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_text() == "[]"
