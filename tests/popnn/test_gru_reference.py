@@ -9,6 +9,7 @@ import pytest
 
 from gruc.errors import GrucError, GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError
 from gruc.popnn import gru_reference as ref
+from gruc.popnn.gru_layer import GruLayerConfig, run_layer
 
 ORDERS = [("reset", "update", "candidate"), ("update", "candidate", "reset")]
 GRAD_NAMES = ("x", "h0", "input_weights", "output_weights", "biases", "attention")
@@ -480,3 +481,23 @@ def test_random_inputs():
     assert half.x.dtype == np.float64
     f = ref.forward(**d.forward_kwargs(), reset_after=True)
     assert f.output.shape == (4, 3, 6)
+
+
+def test_random_attention_stays_where_the_device_backward_is_accurate():
+    """Half data: scores at most 1 - 2^-7 (the device divides by 1 - a); float: below 1."""
+    half = [ref.random_inputs(20, 8, 4, 4, attention=True, round_to="half", seed=seed).attention
+            for seed in range(20)]
+    assert max(a.max() for a in half) == ref.HALF_ATTENTION_CEILING
+    assert min(a.min() for a in half) >= 0
+    floats = max(ref.random_inputs(20, 8, 4, 4, attention=True, round_to="float",
+                                   seed=seed).attention.max() for seed in range(20))
+    assert ref.HALF_ATTENTION_CEILING < floats < 1
+
+
+def test_half_augru_layer_of_a_seed_that_drew_an_attention_of_one_passes():
+    config = GruLayerConfig(sequence_size=8, batch_size=5, input_size=7, output_size=2,
+                            data_type="half", cell_order=("candidate", "update", "reset"),
+                            with_attention=True, phase="bwd", tiles_per_ipu=16, seed=432,
+                            backend="numpy")
+    run = run_layer(config)
+    assert run.passed, run.mismatches
