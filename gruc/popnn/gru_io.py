@@ -75,7 +75,10 @@ def _array(name: str, value: Any) -> np.ndarray:
     """``value`` as a float numpy array (torch tensors included), keeping float dtypes exactly."""
     if hasattr(value, "detach"):                      # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # a ragged nest of lists
+        raise GrucShapeError(f"{name} is not an array of one shape: {error}") from None
     if array.dtype.kind in "iu":
         return array.astype(np.float64)
     expect(array.dtype.kind == "f", GrucTypeError,
@@ -287,12 +290,28 @@ def from_torch_stack(source: Any, *, cell_order: Iterable[str] = GATES,
 
 def to_torch_stack(weights: Sequence[Sequence[GruHostWeights]], *,
                    prefix: str = "") -> dict[str, np.ndarray]:
-    """The whole state dict (numpy) of an ``nn.GRU`` from ``weights[layer][direction]``."""
+    """The whole state dict (numpy) of an ``nn.GRU`` from ``weights[layer][direction]``.
+
+    Refused, by layer, unless one ``nn.GRU`` can load it: at least one layer, every layer with
+    the same 1 or 2 directions and hidden size, and each layer after the first taking the
+    previous layer's output (directions x hidden size) as its input."""
+    expect(len(weights) > 0, GrucValueError, "to_torch_stack needs at least one layer")
+    count, hidden = len(weights[0]), None
     state: dict[str, np.ndarray] = {}
     for layer, directions in enumerate(weights):
         expect(len(directions) in (1, 2), GrucValueError,
                f"layer {layer} has {len(directions)} directions; nn.GRU has 1 or 2")
+        expect(len(directions) == count, GrucValueError,
+               f"layer {layer} has {len(directions)} directions, layer 0 has {count}: an "
+               "nn.GRU's layers all have the same")
         for direction, layer_weights in enumerate(directions):
+            hidden = layer_weights.hidden_size if hidden is None else hidden
+            expect(layer_weights.hidden_size == hidden, GrucShapeError,
+                   f"layer {layer} direction {direction} has hidden size "
+                   f"{layer_weights.hidden_size}, layer 0 has {hidden}")
+            expect(layer == 0 or layer_weights.input_size == count * hidden, GrucShapeError,
+                   f"layer {layer} direction {direction} takes {layer_weights.input_size} inputs; "
+                   f"after layer {layer - 1} it must take {count} x {hidden}")
             state.update(to_torch(layer_weights, layer, direction, prefix=prefix))
     return state
 

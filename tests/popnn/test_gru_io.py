@@ -267,6 +267,12 @@ def test_host_weights_are_frozen_and_reorder_exactly(rng):
     assert (params.layer_sizes, params.reset_after, params.cell_order) == ((I, H), True, order)
 
 
+def torch_layer(inputs: int, hidden: int = H) -> GruHostWeights:
+    """A reset-after layer's weights (zeros) taking ``inputs`` features."""
+    return GruHostWeights(np.zeros((3, inputs, hidden)), np.zeros((3, hidden, hidden)),
+                          np.zeros((3, 2, hidden)))
+
+
 def reset_before() -> GruHostWeights:
     return GruHostWeights(np.zeros((3, I, H)), np.zeros((3, H, H)), np.zeros((3, H)))
 
@@ -293,6 +299,14 @@ def reset_before() -> GruHostWeights:
      "6H"),
     (lambda: to_onnx([reset_before(), from_torch(torch.nn.GRU(I, H))]), "linear_before_reset"),
     (lambda: to_onnx([]), "1 or 2"),
+    (lambda: from_keras([[1, 2], [3]], np.zeros((H, 3 * H))), "kernel is not an array of one"),
+    (lambda: to_torch_stack([]), "at least one layer"),
+    (lambda: to_torch_stack([[torch_layer(I), torch_layer(I)], [torch_layer(2 * H)]]),
+     "layer 1 has 1 directions, layer 0 has 2"),
+    (lambda: to_torch_stack([[torch_layer(I)], [torch_layer(2 * H)]]),
+     f"layer 1 direction 0 takes {2 * H} inputs; after layer 0 it must take 1 x {H}"),
+    (lambda: to_torch_stack([[torch_layer(I)], [torch_layer(H, hidden=H + 1)]]),
+     f"hidden size {H + 1}, layer 0 has {H}"),
     (lambda: GruHostWeights(np.zeros((3, I, H)), np.zeros((3, H, H)), np.zeros((2, H))),
      "biases"),
     (lambda: GruHostWeights(np.zeros((3, I, H)), np.zeros((3, H, H)), np.zeros((3, H)),
