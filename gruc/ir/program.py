@@ -138,6 +138,10 @@ class WriteUndef(Program):
         _check_tensor(self.tensor, "WriteUndef tensor")
 
 
+MAX_REPEAT_COUNT = 2 ** 32 - 1
+"""The largest ``Repeat`` count: Poplar's ``Repeat`` takes an unsigned 32-bit count."""
+
+
 @dataclass(frozen=True, eq=False)
 class Repeat(Program):
     """Run ``body`` ``count`` times."""
@@ -146,8 +150,10 @@ class Repeat(Program):
     body: Program
 
     def __post_init__(self) -> None:
-        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 0:
-            raise GrucValueError(f"Repeat count {self.count!r} must be an integer >= 0")
+        if (not isinstance(self.count, int) or isinstance(self.count, bool)
+                or not 0 <= self.count <= MAX_REPEAT_COUNT):
+            raise GrucValueError(f"Repeat count {self.count!r} must be an integer in "
+                                 f"0..{MAX_REPEAT_COUNT} (Poplar's unsigned count)")
         _check_program(self.body, "Repeat body")
 
     def children(self) -> tuple[Program, ...]:

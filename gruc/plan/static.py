@@ -170,6 +170,10 @@ class StaticProgram:
         return counts
 
 
+MAX_STEP_COUNT = 2 ** 63 - 1
+"""The most executions of one step a plan counts (its counts are 64-bit integers)."""
+
+
 class _Counter:
     def __init__(self, static: StaticProgram, trips: dict[int, int],
                  branches: dict[int, bool]) -> None:
@@ -183,11 +187,21 @@ class _Counter:
         return GrucValueError(f"{what} at step {step} ({where.where}) depends on data; a plan-only "
                               f"count needs {give}")
 
+    def bump(self, counts: np.ndarray, step: int, times: int) -> None:
+        """``counts[step] += times``, refusing counts a 64-bit integer cannot hold (nested
+        repeats multiply: two of 2^32 make 2^64)."""
+        total = int(counts[step]) + times
+        if total > MAX_STEP_COUNT:
+            where = self.static.steps[step]
+            raise GrucValueError(f"step {step} ({where.where}) would run {total} times; a plan "
+                                 f"counts at most {MAX_STEP_COUNT} executions of a step")
+        counts[step] = total
+
     def add(self, item, times: int, counts: np.ndarray) -> None:
         if times == 0:
             return
         if isinstance(item, _Leaf):
-            counts[item.step] += times
+            self.bump(counts, item.step, times)
         elif isinstance(item, _Block):
             for child in item.items:
                 self.add(child, times, counts)
@@ -199,20 +213,21 @@ class _Counter:
                                     f"its trip count (trips={{{item.step}: n}})")
             trips = int(self.trips[item.step])
             self.add(item.condition, times * (trips + 1), counts)
-            counts[item.step] += times * (trips + 1)
+            self.bump(counts, item.step, times * (trips + 1))
             self.add(item.body, times * trips, counts)
         elif isinstance(item, _Branch):
             if item.step not in self.branches:
                 raise self._missing(item.step, "the If", f"the branch it takes "
                                                           f"(branches={{{item.step}: True}})")
-            counts[item.step] += times
+            self.bump(counts, item.step, times)
             self.add(item.then if self.branches[item.step] else item.otherwise, times, counts)
         else:  # _Call
             if item.function not in self.per_call:
                 once = np.zeros(len(self.static.steps), dtype=np.int64)
                 self.add(self.static.functions[item.function], 1, once)
                 self.per_call[item.function] = once
-            counts += times * self.per_call[item.function]
+            for step in np.flatnonzero(self.per_call[item.function]):
+                self.bump(counts, int(step), times * int(self.per_call[item.function][step]))
 
 
 def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -> Report:

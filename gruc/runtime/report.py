@@ -166,10 +166,20 @@ class Report:
 
     # ---- exchange and cycles --------------------------------------------------------------------
     def _weighted(self, attribute: str) -> np.ndarray:
+        """Per tile: the steps' ``attribute`` (per execution) times their counts, in 64-bit
+        integers; refused if some tile's total could exceed them (astronomical repeat counts)
+        rather than wrapped around."""
         total = np.zeros(self.target.num_tiles, dtype=np.int64)
+        bound = 0
         for count, cost in zip(self.step_counts.tolist(), self.costs):
             if count:
-                total += count * getattr(cost, attribute)
+                per_tile = getattr(cost, attribute)
+                bound += count * int(per_tile.max(initial=0))
+                if bound > np.iinfo(np.int64).max:
+                    raise GrucValueError(f"per-tile {attribute} totals exceed 64-bit integers "
+                                         f"(a step runs {count} times): too many executions to "
+                                         "count")
+                total += count * per_tile
         return total
 
     @property

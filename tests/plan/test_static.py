@@ -83,6 +83,24 @@ def test_several_runs_add_up():
     np.testing.assert_array_equal(counts, engine.report.step_counts)
 
 
+def test_counts_too_large_for_64_bits_are_refused_not_wrapped():
+    """Two nested repeats of 2^32 - 1 (Poplar's largest count) run a step ~2^64 times; 2^31 x
+    2^31 fits a step count but not the per-tile cycle totals."""
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (4,), "x")
+    g.map_tensor_linearly(x)
+    body = Sequence()
+    map_in_place(g, _1 * Const(0.5), [x], body)
+    with pytest.raises(GrucValueError, match=r"would run 18446744065119617025 times"):
+        plan_program(g, Sequence(Repeat(2 ** 32 - 1, Repeat(2 ** 32 - 1, body))))
+    report = plan_program(g, Sequence(Repeat(2 ** 31, Repeat(2 ** 31, body))))
+    assert report.cycles.compute == 2 ** 62 * plan_program(g, body).cycles.compute
+    with pytest.raises(GrucValueError, match="totals exceed 64-bit integers"):
+        report.compute_cycles_by_tile  # noqa: B018 (a property)
+    with pytest.raises(GrucValueError, match=r"0\.\.4294967295"):
+        Repeat(2 ** 32, body)
+
+
 def test_data_dependent_control_flow_must_be_given():
     g, prog, engine = control_flow_program(0)
     compiled = compile_program(g, prog)
