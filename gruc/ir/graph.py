@@ -76,6 +76,12 @@ class Function:
 
 _COMPARED_AT_ONCE = 1 << 16
 
+MAX_ELEMENTS = 1 << 32
+"""The most elements a graph's variables may hold together.  Each element has an id in the
+graph's tile table (4 bytes each): past 2^30 ids the table grows by copying, and a graph of a
+trillion elements took the process down copying terabytes; 2^32 float elements are 16 GiB of
+data, over a quarter of a Pod64's tile memory."""
+
 
 def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
     """``array_equal`` that stops at the first block of rows that differs: a layer's user-mapped
@@ -178,6 +184,10 @@ class Graph:
         if not isinstance(name, str):
             raise GrucTypeError(f"tensor name must be a string, got {name!r}")
         count = math.prod(shape)
+        if self._table.size + count > MAX_ELEMENTS:
+            raise GrucValueError(f"variable {name!r} of shape {list(shape)} ({count} elements) "
+                                 f"would give the graph {self._table.size + count} elements; a "
+                                 f"graph holds at most {MAX_ELEMENTS} (2^32)")
         row = count // shape[0] if len(shape) > 1 and shape[0] > 1 else count  # (rows: stored once
         first = self._table.add(count, row)  # until written in part)
         var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", len(self.variables),
