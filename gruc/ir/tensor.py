@@ -131,6 +131,9 @@ class Tensor:
         result: Tensor = self
         dim = 0
         for k in key:
+            if isinstance(k, (bool, np.bool_)):  # numpy would add an axis, int() would pick a row
+                raise GrucTypeError(f"index {k!r} is a bool; gruc indexes with ints, slices and "
+                                    "...")
             if isinstance(k, (int, np.integer)):
                 result = result._index(int(k), dim)
             elif isinstance(k, slice):

@@ -58,6 +58,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """
     if mode not in ("w", "wb"):
         raise GrucValueError(f"atomic_file mode {mode!r} is not supported; allowed: 'w', 'wb'")
+    if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
+        raise GrucValueError(f"cannot write {str(path)!r}: it names a directory, not a file")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,

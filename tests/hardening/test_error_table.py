@@ -253,6 +253,7 @@ BAD_INPUTS = [
     ("slice-str", lambda: tensor().slice("a", 2), GrucTypeError, "'a'"),
     ("slice-float", lambda: tensor().slice(0.5, 2), GrucTypeError, "0.5"),
     ("index-str", lambda: tensor()["a"], GrucTypeError, "'a'"),
+    ("index-bool", lambda: tensor()[True], GrucTypeError, "is a bool"),
     ("slice-step-str", lambda: tensor()["a":], GrucTypeError, "'a'"),
     ("reverse-float", lambda: tensor().reverse(1.5), GrucTypeError, "1.5"),
     ("dim-str", lambda: tensor().dim("a"), GrucTypeError, "'a'"),
@@ -675,6 +676,10 @@ FILE_CASES = [
     (["viz", "--input", "{d}/bad.ir", "--batch-size", "2"], "--batch-size"),
     (["dump", *LAYER, "-o", "{d}/a-file/out.ir"], "a-file"),
     (["gru", *LAYER, "--compile-only", "--profile", "{d}/a-file/profile"], "a-file"),
+    (["gru", *LAYER, "--profile", "{d}/a-file"], "is a file, not a directory"),
+    (["gru", *LAYER, "--profile", ""], "--profile needs a directory"),
+    (["trace", *LAYER, "-o", "{d}"], "names a directory"),
+    (["trace", *LAYER, "-o", "{d}/"], "names a directory"),
 ]
 
 
