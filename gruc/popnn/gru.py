@@ -40,7 +40,7 @@ from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.ops.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
                                    gru_flops_wu, gru_num_shards)
 from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
-                                   check_layer_args, check_tensor, check_weights,
+                                   check_in_graph, check_layer_args, check_tensor, check_weights,
                                    from_internal_order, weights_in_order)
 
 OptionsLike = GruOptions | dict[str, Any] | None
@@ -292,6 +292,8 @@ class _Cell:
 def _lengths_for(params: GruParams, real_time_steps: Tensor | None) -> GruParams:
     if real_time_steps is None:
         return params
+    expect(isinstance(real_time_steps, Tensor), GrucTypeError,
+           f"real_time_steps must be a gruc Tensor of lengths, got {type(real_time_steps).__name__}")
     expect(params.output_full_sequence, GrucValueError,
            "The outputFullSequence should be true if realTimeSteps given")
     expect(params.var_time_steps is None, GrucValueError,
@@ -315,6 +317,8 @@ def _forward(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
     check_weights(params, weights)
     if attention is not None:
         check_tensor("AUGRU attention", attention, (b, s), params.dtype)
+    check_in_graph(graph, {"input": input, "initial state": init_state, **weights._asdict(),
+                           "AUGRU attention": attention, "real_time_steps": real_time_steps})
     shards = num_shards(graph, params, opts)
     rnn_params = params.rnn
     name = name or "gru"

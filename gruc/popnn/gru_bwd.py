@@ -65,7 +65,8 @@ from gruc.ops.rnn import (RnnSlice, TimeStep, create_input_tensor, create_output
 from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.ops.rnn_geometry import code_reuse_default
 from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights,
-                                   check_layer_args, check_tensor, check_weights, weights_in_order)
+                                   check_in_graph, check_layer_args, check_tensor, check_weights,
+                                   weights_in_order)
 from gruc.types import FLOAT, HALF, DType
 
 __all__ = ["GruGradients", "interleaved_wu_is_beneficial", "gru_bwd", "au_gru_bwd", "gru_wu",
@@ -435,6 +436,15 @@ def _check_common(params: GruParams, fwd_output_init: Tensor, fwd_intermediates:
                  else " (output_full_sequence is off: the last state)")
 
 
+def _common(fwd_output_init: Tensor, fwd_intermediates: Tensor, weights: GruWeights,
+            fwd_input: Tensor, fwd_output: Tensor, real_time_steps: Tensor | None
+            ) -> dict[str, Tensor | None]:
+    """The tensors every backward and weight-update builder takes, by the names errors use."""
+    return {"initial state": fwd_output_init, "forward intermediates": fwd_intermediates,
+            **weights._asdict(), "forward input": fwd_input, "forward output": fwd_output,
+            "real_time_steps": real_time_steps}
+
+
 def _check_attention(params: GruParams, attentions: Tensor) -> None:
     check_tensor("attention scores", attentions, (params.batch_size, params.max_time_steps),
                  params.dtype)
@@ -493,6 +503,9 @@ def _backward(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init: 
                  "" if full else " (output_full_sequence is off: the last state's)")
     if attentions is not None:
         _check_attention(params, attentions)
+    check_in_graph(graph, {**_common(fwd_output_init, fwd_intermediates, weights, fwd_input,
+                                     fwd_output, real_time_steps),
+                           "output gradient": grad_layer_next, "attention scores": attentions})
     shards = num_shards(graph, params, opts)
     rnn_params = params.rnn
     transposed = _pre_arrange(graph, params, weights,
@@ -556,6 +569,9 @@ def _weight_update(graph: Graph, params: GruParams, prog: Sequence, fwd_output_i
     s, b, h = params.max_time_steps, params.batch_size, params.hidden_size
     check_tensor("backward intermediates", bwd_intermediates, (s, 3, b, h), params.dtype,
                  " (dr, du, dc: gru_bwd with save_bwd_intermediates=True)")
+    check_in_graph(graph, {**_common(fwd_output_init, fwd_intermediates, weights, fwd_input,
+                                     fwd_output, real_time_steps),
+                           "backward intermediates": bwd_intermediates})
     shards = num_shards(graph, params, opts)
     accumulators = _Accumulators(graph, params, weights, opts, prog, name)
     inputs = [_input_copy(graph, params, fwd_input, shards, prog, name),

@@ -236,6 +236,15 @@ def check_tensor(what: str, tensor: Any, shape: tuple[int, ...], dtype: DType,
            f"GRU {what} is {tensor.dtype.name}, the layer is {dtype.name}")
 
 
+def check_in_graph(graph: Any, tensors: dict[str, Any]) -> None:
+    """Raise naming the GRU argument that belongs to another graph than the layer's (after the
+    type checks: every value is a Tensor or None).  Found here, not when an engine verifies the
+    program that mixes two graphs' variables."""
+    for what, tensor in tensors.items():
+        expect(tensor is None or tensor.graph is graph, GrucValueError,
+               f"GRU {what} belongs to another graph than the one the layer is built in")
+
+
 def check_weights(params: GruParams, weights: GruWeights) -> None:
     """Raise naming the weight tensor whose type or shape does not fit the layer."""
     if not isinstance(weights, tuple) or len(weights) != 3:

@@ -366,6 +366,7 @@ def test_poplibs_error_cases():
     with_lengths = params.with_lengths(lengths)
     attention = gru.create_attention(graph, params)
     d_gates = graph.add_variable(FLOAT, (s, 3, b, h), "d_gates")
+    other = Graph(Target.custom(tiles_per_ipu=16))
 
     cases = [
         (lambda: gru.gru_bwd(graph, last_only, prog, h0, inter, weights, x, out[0], grad[0],
@@ -392,6 +393,16 @@ def test_poplibs_error_cases():
          r"numShards must be within interval \[1,1\]; got 3"),
         (lambda: gru.gru_bwd(graph, params, prog, h0, inter, weights._replace(
             biases=graph.add_variable(FLOAT, (3, 2, h))), x, out, grad), "biases has shape"),
+        (lambda: gru.gru_bwd(graph, params, prog, h0, inter, weights, x, out,
+                             other.add_variable(FLOAT, (s, b, h))),
+         "output gradient belongs to another graph"),
+        (lambda: gru.gru_wu(graph, params, prog, h0, inter, d_gates, weights,
+                            gru.create_input(other, params), out),
+         "forward input belongs to another graph"),
+        (lambda: gru.gru_fwd(graph, params, gru.create_initial_state(other, params), x, weights,
+                             prog), "initial state belongs to another graph"),
+        (lambda: gru.gru_fwd(graph, params, h0, x, weights, prog,
+                             real_time_steps=np.array([1, 2, 2])), "real_time_steps must be a gruc"),
     ]
     for build, message in cases:
         with pytest.raises(GrucError, match=message):
