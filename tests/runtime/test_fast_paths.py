@@ -114,6 +114,26 @@ def test_kept_operands_follow_host_writes_and_the_steps_that_touch_them(touch, s
         np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6 * steps, atol=1e-6 * steps)
 
 
+@pytest.mark.parametrize("groups, steps", [(2, 1), (3, 200)])
+def test_grouped_accumulations_are_stacked_per_group(groups, steps, rng):
+    """``acc[g] += a[g] @ b[g]`` for several groups, kept and stacked over steps (200 steps of
+    k=6: past the stack's depth); the joined stacks once took their group count from the depth."""
+    g = Graph(T16)
+    a, b, acc = (g.add_variable(FLOAT, shape, name) for shape, name in
+                 (((groups, 2, 6), "a"), ((groups, 6, 3), "b"), ((groups, 2, 3), "acc")))
+    for tensor in (a, b, acc):
+        g.map_tensor_linearly(tensor)
+    body = Sequence()
+    mat_mul_acc(g, acc, 1.0, a, b, body)
+    values = {"a": rng.uniform(-1, 1, (groups, 2, 6)), "b": rng.uniform(-1, 1, (groups, 6, 3)),
+              "acc": rng.uniform(-1, 1, (groups, 2, 3))}
+    (numpy_run, numba_run), _ = results_of_both(g, Sequence(Repeat(steps, body)),
+                                                {"a": a, "b": b, "acc": acc}, values, acc)
+    expected = values["acc"] + steps * (values["a"] @ values["b"])
+    np.testing.assert_allclose(numpy_run, expected, rtol=1e-5 * steps, atol=1e-5 * steps)
+    np.testing.assert_allclose(numba_run, numpy_run, rtol=1e-6 * steps, atol=1e-6 * steps)
+
+
 @pytest.mark.parametrize("between", ["nothing", "rewrite"])
 def test_an_operand_two_products_read_is_gathered_once_while_it_cannot_change(between, rng,
                                                                               monkeypatch):

@@ -429,7 +429,7 @@ class _DeferredProducts:
 
     def _joined(self, stack: np.ndarray, joined: np.ndarray | None) -> np.ndarray:
         """The first ``count`` steps of a stack as ``[G, count * K, columns]``."""
-        n, (G, _, K, _) = self.count, stack.shape
+        n, (_, G, K, _) = self.count, stack.shape
         if joined is None:  # one group: the steps are already consecutive
             return stack[:n].reshape(1, n * K, -1)
         joined[:, :n] = stack[:n].transpose(1, 0, 2, 3)
