@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gruc import FLOAT, INT, Copy, Engine, Graph, Repeat, Sequence, Target, TileMapping
-from gruc.ir.expr import _1, _2, _3, Const, sigmoid, tanh
-from gruc.ops import map_in_place, map_with_output
+from gruc import FLOAT, HALF, INT, Copy, Engine, Graph, Repeat, Sequence, Target, TileMapping
+from gruc.ir.expr import _1, _2, _3, Cast, Const, sigmoid, tanh
+from gruc.ops import cast, map, map_in_place, map_with_output
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul,
                               mat_mul_acc)
@@ -422,3 +422,46 @@ def test_runs_are_found_along_the_operand_or_along_a_transposed_host_layout():
     partial_sums = np.arange(8, dtype=np.int64) % 4  # two partials summed into four positions
     bases, positions, lengths = runs_by_address(np.arange(8, dtype=np.int64) + 100, partial_sums)
     assert (bases.tolist(), positions.tolist(), lengths.tolist()) == ([100, 104], [0, 0], [4, 4])
+
+
+@pytest.mark.parametrize("target, written, source, read, element_loop", [
+    (lambda x: x.reverse(0), np.arange(16)[::-1], lambda x: x, np.arange(16), False),
+    # element k writes what element k + 1 reads
+    (lambda x: x[1:], np.arange(1, 16), lambda x: x[:-1], np.arange(15), False),
+    # the reads run ahead of the writes: an element loop is safe
+    (lambda x: x[:-1], np.arange(15), lambda x: x[1:], np.arange(1, 16), True),
+])
+def test_an_output_over_its_own_operand_reads_before_it_writes(target, written, source, read,
+                                                                element_loop, rng, monkeypatch):
+    """``map_with_output`` into a view of its own operand: the definition reads every operand,
+    then writes; a numba element loop that would read an address it already wrote is not used."""
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = g.add_variable(FLOAT, (16,), "x")
+    g.map_tensor_linearly(x, 4, 1)
+    program = Sequence()
+    map_with_output(g, _1 * Const(2.0) + Const(1.0), [source(x)], target(x), program)
+    on_numpy = spied(monkeypatch, elementwise, "_prepare_numpy")
+    values = rng.uniform(-1, 1, 16).astype(np.float32)
+    (numpy_run, numba_run), _ = results_of_both(g, program, {"x": x}, {"x": values}, x)
+    expected = values.copy()
+    expected[written] = 2 * values[read] + 1
+    np.testing.assert_allclose(numpy_run, expected, rtol=1e-6)
+    np.testing.assert_array_equal(numba_run, numpy_run)
+    assert len(on_numpy) == (1 if element_loop else 2)  # the numpy engine's, and a fallback
+
+
+@pytest.mark.parametrize("build", ["ops", "expression"])
+def test_a_cast_to_half_inside_a_float_expression_runs(build, rng):
+    """numba has no float16: such a tree (in-place fusion makes them) runs on the definition."""
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = g.add_variable(FLOAT, (4, 40), "x")
+    g.map_tensor_linearly(x)
+    program = Sequence()
+    if build == "ops":
+        y = cast(g, cast(g, x, HALF, program), FLOAT, program)
+    else:
+        y = map(g, Cast(Cast(_1, HALF), FLOAT) + Const(0.0), [x], program)
+    values = rng.uniform(-3, 3, (4, 40))
+    (numpy_run, numba_run), _ = results_of_both(g, program, {"x": x}, {"x": values}, y)
+    np.testing.assert_array_equal(numpy_run, values.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(numba_run, numpy_run)

@@ -8,7 +8,8 @@ no temporaries — except where a transcendental meets runs of a few elements, w
 first staged into contiguous arrays (:func:`staged_kernel_source`), in the element order that
 leaves the fewest runs; an operand no step writes (a bias) is staged again only after the host
 writes it.  Maps are prepared by an executable hook, which knows each vertex's step.  Vertices
-touching HALF data run on numpy, since numba cannot load float16 on a CPU.
+touching HALF data run on numpy, since numba cannot load float16 on a CPU, and so do those whose
+output overwrites, at other elements, what an operand still has to read.
 """
 
 from __future__ import annotations
@@ -252,12 +253,46 @@ def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...],
     return run
 
 
+def _touches_half(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...]) -> bool:
+    """Whether an operand, the output or any node of the tree is half (numba has no float16:
+    a ``cast`` to half inside a float expression, which in-place fusion makes, included)."""
+    dtypes = [op.dtype for op in operands]
+    return (out.dtype is HALF or HALF in dtypes
+            or any(not isinstance(node, ex.PlaceHolder) and ex.result_dtype(node, dtypes) is HALF
+                   for node in ex.walk(expression)))
+
+
+def _reads_what_it_wrote(out: Operand, operands: tuple[Operand, ...]) -> bool:
+    """Whether an element loop (which reads element ``k``'s operands, then writes its output)
+    would read an address it already wrote: an operand that is a view of the output's variables
+    with a shared address at a later element than the output's (``x.reverse(0)`` written from
+    ``x``).  The definition reads every operand before writing; the staged kernel does too.
+    Operands of other variables cannot share the output's bytes: both are live at the step."""
+    written = {v.index for v in out.tensor.variables()}
+    targets = out.index.reshape(-1)
+    if not targets.size:
+        return False
+    order = np.argsort(targets, kind="stable")
+    addresses = targets[order]
+    for op in operands:
+        if not written & {v.index for v in op.tensor.variables()}:
+            continue
+        reads = np.broadcast_to(op.index, out.index.shape).reshape(-1)
+        if np.array_equal(reads, targets):
+            continue  # in place: each element reads its own address before writing it
+        found = np.minimum(np.searchsorted(addresses, reads), len(addresses) - 1)
+        shared = addresses[found] == reads
+        if np.any(order[found[shared]] < np.flatnonzero(shared)):  # written at an earlier element
+            return True
+    return False
+
+
 def _numba_map(vertex: LoweredVertex, unchanged: Callable[[Operand], Unchanged]) -> Prepared:
     out, operands = _operands(vertex)
-    if out.dtype is HALF or any(op.dtype is HALF for op in operands):
-        return NUMPY_VERTICES[vertex.kind](vertex)
     dtypes = [op.dtype for op in operands]
     expression = ex.bind_const_types(vertex.params["expr"], dtypes)
+    if _touches_half(expression, out, operands) or _reads_what_it_wrote(out, operands):
+        return NUMPY_VERTICES[vertex.kind](vertex)
     segments = find_segments(out.index, [op.index for op in operands])
     short = segments is None or (len(segments.lengths) * STAGED_BELOW > len(out.index)
                                  and _expensive(expression))
