@@ -81,21 +81,21 @@ def run_lengths(config: GruLayerConfig) -> np.ndarray | None:
 
 
 def shard_trips(config: GruLayerConfig, lengths: np.ndarray, num_shards: int) -> list[int]:
-    """Trip count of each shard's time loop, in shard order, for rows of ``lengths``."""
+    """Trip count of each shard's time loop, in shard order, for rows of ``lengths``; shards
+    with no steps (more shards than the steps need) have no loop and are left out."""
     longest = min(int(np.max(lengths)), config.sequence_size)
     return [min(max(longest - begin, 0), end - begin)
-            for begin, end in shard_time_bounds(config.sequence_size, num_shards)]
+            for begin, end in shard_time_bounds(config.sequence_size, num_shards) if end > begin]
 
 
 def loop_trips(config: GruLayerConfig, layer: GruLayer, loops: Sequence[Step],
                lengths: np.ndarray) -> dict[int, int]:
     """Trip count of each time loop of the layer's program (``loops``, in program order)."""
-    shards = layer.num_shards
-    if not loops or len(loops) % shards:
+    forward = shard_trips(config, lengths, layer.num_shards)
+    if not loops or len(loops) % len(forward):
         raise GrucProgramError(f"internal error: the layer has {len(loops)} time loops, not a "
-                               f"multiple of its {shards} shards")
-    forward = shard_trips(config, lengths, shards)
-    in_order = forward + forward[::-1] * (len(loops) // shards - 1)
+                               f"multiple of its {len(forward)} shards with steps")
+    in_order = forward + forward[::-1] * (len(loops) // len(forward) - 1)
     return {step.index: trips for step, trips in zip(loops, in_order)}
 
 

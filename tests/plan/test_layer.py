@@ -27,10 +27,14 @@ def without_time(report) -> dict:
     dict(shards=2, with_real_time_steps=True, with_attention=True),
     dict(shards=3, variable_time_steps=(5, 2, 3), phase="bwd"),
     dict(shards=2, with_real_time_steps=True, phase="all", code_reuse=True),
+    # 4 steps in 3 shards of 2: the third shard has no steps and no loop
+    dict(sequence_size=4, shards=3, variable_time_steps=(1,), reset_after=True),
+    dict(sequence_size=4, shards=3, variable_time_steps=(1,), reset_after=True, phase="all"),
 ], ids=["fixed", "per-row lengths", "one length, code reuse", "real time steps, AUGRU",
-        "backward, per-row lengths", "weight update, real time steps"])
+        "backward, per-row lengths", "weight update, real time steps",
+        "an empty shard, forward", "an empty shard, training"])
 def test_plan_only_equals_a_run(flags):
-    config = GruLayerConfig(**SMALL, **flags)
+    config = GruLayerConfig(**{**SMALL, **flags})
     run = run_layer(config)
     assert run.passed
     plan = plan_layer(config)
