@@ -492,6 +492,10 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
         _check_tensor(what, "k", graph, k)
         if k.num_elements != 1:
             raise GrucShapeError(f"{what}: k must have one element, got shape {list(k.shape)}")
+        if (set(k.variables()) & set(c.variables())
+                and np.isin(k.flat_ids(), c.flat_ids()).any()):
+            raise GrucValueError(f"{what}: k is an element of C, which the accumulation "
+                                 "overwrites; copy it to a tensor of its own first")
         acc_fields["scale"] = k
         k = 1.0
     elif not isinstance(k, (int, float, np.number)) or isinstance(k, bool) or not math.isfinite(k):

@@ -409,6 +409,10 @@ def test_bad_inputs_raise_gruc_errors():
                     a, b34, Sequence())
     with pytest.raises(GrucTypeError, match="finite number"):
         mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c3"), "2", a, b34, Sequence())
+    c4 = linear(graph, FLOAT, (2, 4), "c4")
+    with pytest.raises(GrucValueError, match="k is an element of C"):
+        mat_mul_acc(graph, c4, c4[1, 2:3], a, b34, Sequence())
+    mat_mul_acc(graph, c4[:1], c4[1, 2:3], a[:1], b34, Sequence())  # another row of C: allowed
     with pytest.raises(GrucShapeError, match="must not be empty"):
         plan_mat_mul(T16, FLOAT, (0, 3), (3, 4))
     with pytest.raises(GrucError):
