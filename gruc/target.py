@@ -40,7 +40,9 @@ class Target(GrucModel):
         64, ge=8, description="Vector data path, in bits; sets the vector width of each type.")
     min_bytes_per_tile: int = Field(
         128, ge=1, description="Least bytes map_tensor_linearly puts on a tile it uses.")
-    memory_alignment: int = Field(8, ge=1, description="Byte alignment of every allocation.")
+    memory_alignment: int = Field(
+        8, ge=4, multiple_of=4, description="Byte alignment of every allocation: a multiple of "
+        "4, the largest element, so every block starts on an element boundary.")
 
     @property
     def num_tiles(self) -> int:

@@ -31,6 +31,9 @@ def test_custom_targets_are_small_and_frozen_and_hashable():
     ({"tiles_per_ipu": 0}, ["tiles_per_ipu = 0", "greater than or equal to 1"]),
     ({"bytes_per_tile": -5}, ["bytes_per_tile = -5"]),
     ({"num_ipus": 0}, ["num_ipus = 0"]),
+    # a block aligned to 2 bytes could start a float between two elements' addresses
+    ({"memory_alignment": 2}, ["memory_alignment = 2", "multiple of 4"]),
+    ({"memory_alignment": 6}, ["memory_alignment = 6", "multiple of 4"]),
 ])
 def test_bad_target_values_are_named(kwargs, words):
     with pytest.raises(GrucError) as info:
