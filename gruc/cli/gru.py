@@ -134,10 +134,12 @@ def run(args: argparse.Namespace) -> int:
           + (f" (products: {library_name()})" if config.backend == "numba" else ""))
     if args.profile:
         engine.report.to_json(os.path.join(args.profile, "report.json"))
-        engine.write_trace(os.path.join(args.profile, "trace.json"))
         write_text_atomically(os.path.join(args.profile, "report.html"),
                               html_report(engine, title="gruc gru"))
-        print(f"profile           {args.profile}/report.json, report.html, trace.json")
+        if not args.compile_only:  # no run, no trace
+            engine.write_trace(os.path.join(args.profile, "trace.json"))
+        print(f"profile           {args.profile}/report.json, report.html"
+              + ("" if args.compile_only else ", trace.json"))
     if passed is None:
         return 0
     print("check             " + ("PASSED" if passed else "FAILED") + " against the float64 "

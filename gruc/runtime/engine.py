@@ -140,7 +140,7 @@ class Engine:
             self.interpreter = interpreter(self.executable, self.memory)
         self.backend = backend
         self.checked = bool(checked)
-        self._last_program = 0
+        self._last_program: int | None = None
         self.compile_seconds = time.perf_counter() - start
 
     @cached_property
@@ -161,7 +161,11 @@ class Engine:
         return self.interpreter.printed
 
     def chrome_trace(self, program: int | None = None) -> dict:
-        """Chrome trace JSON (as a dict) of the last run (or of ``program`` as last run)."""
+        """Chrome trace JSON (as a dict) of the last run (or of ``program`` as last run).
+        Before any run there is nothing to trace: its loops' trips and branches are unknown."""
+        if self._last_program is None:
+            raise GrucProgramError("no run to trace: run the engine first (a compiled but unrun "
+                                   "engine has a report of its memory, not a trace)")
         program = self._last_program if program is None else self._program_number(program)
         names = [step.text for step in self.plan.liveness.steps]
         return chrome_trace(self.executable, self.costs, self.module.graph.target, program,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gruc import (FLOAT, INT, Call, Copy, Engine, Graph, GrucError, GrucOutOfMemory,
-                  If, PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, WriteUndef)
+                  GrucProgramError, If, PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, WriteUndef)
 from gruc.ir.expr import _1, _2, _3, Const, eq, exp, select, sigmoid, tanh
 from gruc.ops import add, add_in_place, cast, fill, map, map_in_place, map_with_output, mul, zero
 
@@ -292,3 +292,15 @@ def test_bad_host_access_is_named():
         engine.run(3)
     with pytest.raises(GrucError, match="backend"):
         Engine(g, Sequence(), backend="cuda")
+
+
+def test_an_engine_that_never_ran_has_no_trace():
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = g.add_variable(FLOAT, (8,), "x")
+    g.map_tensor_linearly(x)
+    g.create_host_write("x", x)
+    engine = Engine(g, Sequence(WriteUndef(x)))
+    with pytest.raises(GrucProgramError, match="no run to trace"):
+        engine.chrome_trace()
+    engine.run()
+    assert "traceEvents" in engine.chrome_trace()
