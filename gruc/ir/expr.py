@@ -584,7 +584,7 @@ OPS: Mapping[Op, OpDef] = {
     Binary.MIN: OpDef(_NUMBERS, lambda a, b: np.where((a <= b) | (a != a), a, b),
                       "({0} if {0} <= {1} or {0} != {0} else {1})"),
     Binary.POW: OpDef(_FLOATS, np.power, "math.pow({0}, {1})"),
-    Binary.REM: OpDef(_NUMBERS, _remainder, "np.fmod({0}, {1})"),  # numba has no math.fmod
+    Binary.REM: OpDef(_NUMBERS, _remainder, "np.fmod({0}, {1})"),  # compiled: no math.fmod there
     Binary.LT: OpDef(_NUMBERS, np.less, "({0} < {1})"),
     Binary.LE: OpDef(_NUMBERS, np.less_equal, "({0} <= {1})"),
     Binary.GT: OpDef(_NUMBERS, np.greater, "({0} > {1})"),
@@ -680,7 +680,7 @@ INTEGER_SCALAR_SOURCE: Mapping[Binary, str] = {
     Binary.REM: "(0 if {1} == 0 else {0} - {1} * int({0} / {1}))",
 }
 """Templates for ops whose integer meaning differs (C division and remainder, which truncate
-toward zero); exact for 32-bit operands.  Not ``np.fmod``: numba's integer fmod gave 1 for
+toward zero); exact for 32-bit operands.  Not ``np.fmod``: the compiled backend's integer fmod gave 1 for
 fmod(-7, 2)."""
 
 
