@@ -680,8 +680,8 @@ INTEGER_SCALAR_SOURCE: Mapping[Binary, str] = {
     Binary.REM: "(0 if {1} == 0 else {0} - {1} * int({0} / {1}))",
 }
 """Templates for ops whose integer meaning differs (C division and remainder, which truncate
-toward zero); exact for 32-bit operands.  Not ``np.fmod``: the compiled backend's integer fmod gave 1 for
-fmod(-7, 2)."""
+toward zero); exact for 32-bit operands.  Not ``np.fmod``: the compiled backend's integer fmod
+gave 1 for fmod(-7, 2)."""
 
 
 def scalar_source(op: Op, operand_dtype: DType) -> str:
