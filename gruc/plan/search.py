@@ -2,7 +2,8 @@
 
 Why a search and not a scan: the answer can be in the thousands (a batch size on an ipu2) and a
 plan costs up to seconds, so the value is bracketed by doubling from the start value (the flag's
-fixed value, else 1) until a plan does not fit, then pinned by bisection — about
+fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
+until one does — then pinned by bisection — about
 ``2 log2(answer)`` plans.  This assumes fitting is monotone in the flag (fits up to some value,
 never again after), which holds for the sizes of a layer *at a fixed shard count*: with poplibs'
 shard heuristic (no ``--shards``) a longer sequence may get more shards and fit again, so fix
@@ -47,8 +48,7 @@ class FindMaxResult:
     fitting: dict[str, Any] | None
     """Row of ``value``."""
     failing: dict[str, Any] | None
-    """Row of ``value + 1`` — or of the start value if nothing fits; None if ``value`` is the
-    limit."""
+    """Row of ``value + 1`` — or of 1 if nothing fits; None if ``value`` is the limit."""
     probes: list[dict[str, Any]]
     """Every row the search looked at (planned now or found in the output directory), by value;
     values gruc refused as configurations are left out."""
@@ -56,7 +56,7 @@ class FindMaxResult:
     def describe(self) -> str:
         where = "".join(f" {k}={v}" for k, v in self.point.items())
         if self.value is None:
-            head = f"{self.flag}{where}: nothing fits, not even {self.failing[self.flag]}"
+            head = f"{self.flag}{where}: nothing fits, not even 1"
         else:
             head = (f"{self.flag}{where}: largest that fits = {self.value} "
                     f"(max tile {self.fitting['max_tile_bytes']} B of "
@@ -77,20 +77,34 @@ def _fits(row: dict[str, Any]) -> bool:
     return row.get("fits") is True
 
 
-def _bracket(evaluate: Callable[[int], dict[str, Any]], low: int, limit: int
+def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
              ) -> tuple[int | None, int | None]:
-    """``(largest fitting, smallest failing)`` with failing = fitting + 1 (None for absent)."""
-    if not _fits(evaluate(low)):
-        return None, low
-    good, bad = low, None
-    while bad is None:  # exponential: double until a plan does not fit
-        if good >= limit:
-            return good, None
-        probe = min(2 * good, limit)
-        if _fits(evaluate(probe)):
-            good = probe
-        else:
-            bad = probe
+    """``(largest fitting, smallest failing)`` with failing = fitting + 1 (None for absent).
+
+    From a start that fits, doubles up to the first value that does not; from a start that does
+    not, halves down to the first value that does (a start above the answer is a guess, not a
+    floor) — then bisects between the two.
+    """
+    if _fits(evaluate(start)):
+        good, bad = start, None
+        while bad is None:  # exponential: double until a plan does not fit
+            if good >= limit:
+                return good, None
+            probe = min(2 * good, limit)
+            if _fits(evaluate(probe)):
+                good = probe
+            else:
+                bad = probe
+    else:
+        good, bad = None, start
+        while good is None:  # exponential: halve until a plan fits
+            if bad == 1:
+                return None, 1
+            probe = bad // 2
+            if _fits(evaluate(probe)):
+                good = probe
+            else:
+                bad = probe
     while bad - good > 1:  # binary: keep good fitting and bad failing
         middle = (good + bad) // 2
         if _fits(evaluate(middle)):
@@ -110,15 +124,15 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     if flag in spec.swept:
         raise GrucValueError(f"{flag!r} is both searched and swept; give it one start value or "
                              "none")
-    low = spec.fixed.get(flag)
-    low = 1 if low is None else low
+    start = spec.fixed.get(flag)
+    start = 1 if start is None else start
     try:  # a start value no layer may have is a bad input, not a search that finds nothing
-        GruLayerConfig(**{flag: low})
+        GruLayerConfig(**{flag: start})
     except GrucValueError as error:
-        raise GrucValueError(f"find-max {flag} cannot start at {low!r}: {error}") from None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < low:
+        raise GrucValueError(f"find-max {flag} cannot start at {start!r}: {error}") from None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < start:
         raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
-                             f"{low}")
+                             f"{start}")
     base = SweepSpec(fixed={k: v for k, v in spec.fixed.items() if k != flag}, swept=spec.swept,
                      pipeline=spec.pipeline)
     swept = (*spec.parameters, flag)
@@ -140,7 +154,7 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
                     bar.update(plans, f"{flag}={value}")
                 return seen[value]
 
-            value, failing = _bracket(evaluate, low, limit)
+            value, failing = _bracket(evaluate, start, limit)
             probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
             results.append(FindMaxResult(flag, point, value,
                                          None if value is None else seen[value],

@@ -28,10 +28,23 @@ def test_longest_sequence_that_fits_is_checked_directly(tmp_path):
     assert len(RowStore(tmp_path)) == len(result.probes)     # every plan is a stored row
     (again,) = find_max(SweepSpec(fixed=LAYER), "sequence_size", tmp_path)
     assert again.value == value and len(RowStore(tmp_path)) == len(result.probes)
-    (nothing,) = find_max(SweepSpec(fixed={**LAYER, "sequence_size": value + 1}),
-                          "sequence_size", tmp_path)
-    assert nothing.value is None and nothing.failing["sequence_size"] == value + 1
-    assert "nothing fits" in nothing.describe()
+    (nothing,) = find_max(SweepSpec(fixed={**LAYER, "batch_size": 4096}), "sequence_size",
+                          tmp_path)
+    assert nothing.value is None and nothing.failing["sequence_size"] == 1
+    assert "nothing fits, not even 1" in nothing.describe()
+
+
+def test_a_start_above_the_answer_searches_down(tmp_path):
+    """A start value that does not fit is a guess: the search halves down to a fitting value and
+    bisects, finding what a search from 1 finds."""
+    (from_one,) = find_max(SweepSpec(fixed=LAYER), "sequence_size", tmp_path / "up")
+    answer = from_one.value
+    for start in (answer + 1, 8 * answer + 3):
+        (result,) = find_max(SweepSpec(fixed={**LAYER, "sequence_size": start}),
+                             "sequence_size", tmp_path / f"down{start}")
+        assert result.value == answer and result.failing["sequence_size"] == answer + 1
+        assert len(result.probes) <= 2 * start.bit_length() + 2
+        assert f"largest that fits = {answer}" in result.describe()
 
 
 def test_one_search_per_point_of_the_other_flags(tmp_path):
