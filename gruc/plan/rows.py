@@ -88,6 +88,13 @@ class RowStore:
         self._remember(row)
         self.write()
 
+    def arrange(self, keys: list[str]) -> None:
+        """Put the rows of ``keys`` last, in that order (a sweep's grid order: its workers finish
+        out of order); rows of other grids keep their order before them."""
+        wanted = dict.fromkeys(k for k in keys if k in self._by_key)
+        self.rows = ([row for row in self.rows if row["config"] not in wanted]
+                     + [self._by_key[k] for k in wanted])
+
     def columns(self) -> list[str]:
         """Every key of every row, in first-seen order (swept parameters lead each row)."""
         seen: dict[str, None] = {}

@@ -114,6 +114,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
         bar.close()
         if own:
             executor.close()
+    store.arrange(keys)
     store.write()  # also when nothing was computed, so the CSV exists beside the JSON
     return SweepResult([store.get(key) for key in keys], len(todo), skipped,
                        time.perf_counter() - start, store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import signal
 import subprocess
@@ -50,6 +51,23 @@ def test_process_pool_gives_the_serial_rows(serial, tmp_path):
         executor.close()
     assert pooled.computed == 24
     assert untimed(pooled.rows) == untimed(serial.rows)
+
+
+class LastFirstExecutor(SerialExecutor):
+    """Finishes the items in reverse, as a pool's workers may."""
+
+    def map_unordered(self, fn, items):
+        for index in reversed(range(len(items))):
+            yield index, fn(items[index])
+
+
+def test_rows_finishing_out_of_order_are_written_in_grid_order(serial, tmp_path):
+    result = run_sweep(GRID, tmp_path, executor=LastFirstExecutor())
+    grid_order = [r["config"] for r in serial.rows]
+    assert [r["config"] for r in result.rows] == grid_order
+    assert [r["config"] for r in json.loads(result.store.json_path.read_text())] == grid_order
+    with open(result.store.csv_path, newline="") as table:
+        assert [r["config"] for r in csv.DictReader(table)] == grid_order
 
 
 def test_dask_local_cluster_gives_the_serial_rows(serial, tmp_path):
