@@ -39,7 +39,8 @@ def _cell_order(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.strip("{}").split(","))
 
 
-# (flag, config field, type, help); defaults come from GruLayerConfig
+# (flag, config field, type, help); defaults come from GruLayerConfig, and where that is None
+# (poplibs decides) the help says what happens
 FLAGS = [
     ("--sequence-size", "sequence_size", int, "time steps S"),
     ("--input-size", "input_size", int, "input features I"),
@@ -52,31 +53,45 @@ FLAGS = [
     ("--activation", "activation", str, "candidate activation"),
     ("--recurrent-activation", "recurrent_activation", str, "gate activation"),
     ("--shards", "shards", int, "numShards (default: poplibs' heuristic)"),
-    ("--code-reuse", "code_reuse", _bool, "rnnCodeReuse (0/1)"),
+    ("--code-reuse", "code_reuse", _bool, "rnnCodeReuse (0/1; default: 1 when shards > 15)"),
     ("--with-attention", "with_attention", _bool, "AUGRU (0/1)"),
-    ("--variable-time-steps", "variable_time_steps", _ints, "lengths: one, or one per row"),
+    ("--variable-time-steps", "variable_time_steps", _ints,
+     "lengths: one, or one per row (default: every row runs S steps)"),
     ("--with-real-time-steps", "with_real_time_steps", _bool, "random per-row lengths (0/1)"),
     ("--output-all-sequence", "output_all_sequence", _bool, "output every step (0/1)"),
     ("--ignore-input-gradient", "ignore_input_gradient", _bool, "no input gradient (0/1)"),
     ("--save-intermediates", "save_intermediates", _bool, "training forward (0/1)"),
-    ("--available-memory-proportion", "available_memory_proportion", float, "matmul temporaries"),
-    ("--partials-type", "partials_type", str, "matmul partials: half or float"),
+    ("--available-memory-proportion", "available_memory_proportion", float,
+     "matmul temporaries (default: 0.6)"),
+    ("--partials-type", "partials_type", str, "matmul partials: half or float (default: float)"),
     ("--tiles-per-ipu", "tiles_per_ipu", int, "tiles per IPU (default: ipu2's 1472)"),
     ("--ipus", "ipus", int, "number of IPUs"),
-    ("--rel-tolerance", "rel_tolerance", float, "relative tolerance of the check"),
-    ("--abs-tolerance", "abs_tolerance", float, "absolute tolerance of the check"),
+    ("--rel-tolerance", "rel_tolerance", float,
+     "relative tolerance of the check (default: by data type)"),
+    ("--abs-tolerance", "abs_tolerance", float,
+     "absolute tolerance of the check (default: by data type)"),
     ("--seed", "seed", int, "host data seed"),
     ("--backend", "backend", str, "numba (default) or numpy"),
 ]
 
 
+def flag_help(field: str, text: str) -> str:
+    """``text`` with the field's default as one would type it on the command line (``0``/``1``,
+    comma lists); a field whose default is None says its default in ``text``."""
+    default = getattr(GruLayerConfig(), field)
+    if default is None or "(default" in text:
+        return text
+    if isinstance(default, bool):
+        default = int(default)
+    if isinstance(default, tuple):
+        default = ",".join(map(str, default))
+    return f"{text} (default: {default})"
+
+
 def add_layer_flags(parser: argparse.ArgumentParser) -> None:
     """The layer flags, shared by every command that builds a GRU layer."""
-    defaults = GruLayerConfig()
     for flag, field, kind, text in FLAGS:
-        default = getattr(defaults, field)
-        parser.add_argument(flag, dest=field, type=kind, default=None,
-                            help=f"{text} (default: {default})")
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=flag_help(field, text))
 
 
 def config_from(args: argparse.Namespace) -> GruLayerConfig:

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gruc.cli.gru import FLAGS
+from gruc.cli.gru import FLAGS, flag_help
 from gruc.errors import GrucValueError
 from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_layer,
                        plot_metrics, plot_tile_heatmap, run_sweep)
 from gruc.plan.grid import TUPLE_FIELDS
 from gruc.plan.layer import PLAN_IGNORED
+from gruc.plan.rows import cell_text
 from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
 from gruc.popnn.gru_layer import GruLayerConfig
 
@@ -36,10 +37,9 @@ def register(commands) -> None:
     parser = commands.add_parser("plan", help="plan-only sweeps of GRU layer flags",
                                  description=__doc__.replace("``", "'"),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = GruLayerConfig()
     for flag, field, _, text in PLAN_FLAGS:
         parser.add_argument(flag, dest=field, default=None, metavar="VALUES",
-                            help=f"{text} (default: {getattr(defaults, field)})")
+                            help=flag_help(field, text))
     parser.add_argument("--pipeline", metavar="PIPELINE",
                         help="pass pipeline to compile with, as `gruc opt -p` (default: the "
                              "engine's; '' for none)")
@@ -89,7 +89,7 @@ def _field_of(flag: str) -> str:
 
 def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> None:
     columns = [*parameters, "shards_chosen", "fits", "max_tile_bytes", "cycles_total", "error"]
-    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    cells = [[cell_text(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(line[k]) for line in cells]) for k, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
     for line in cells:

@@ -230,11 +230,14 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
 
 @dataclass(frozen=True)
 class PlanMemory:
-    """The ``plan-memory`` pass: plans (and so checks mappings and, if ``strict``, capacity);
-    returns the module unchanged.  Use :func:`plan_memory` to get the :class:`MemoryPlan`."""
+    """Plan every variable's bytes on its tiles, checking mappings (and capacity, if strict).
+
+    The module comes back unchanged: the pass is a check a pipeline can place anywhere.  Use
+    :func:`plan_memory` to get the :class:`MemoryPlan`."""
 
     name: ClassVar[str] = "plan-memory"
     strict: bool = False
+    """Raise GrucOutOfMemory, naming the worst tile, when a tile's plan exceeds its capacity."""
 
     def apply(self, module: Module) -> Module:
         plan_memory(module, strict=self.strict)

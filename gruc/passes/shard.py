@@ -65,7 +65,7 @@ from gruc.passes.rewrite import (pass_output, rebuild, rebuild_programs, replaci
                                  require_valid)
 from gruc.passes.time_loops import TimeLoop, find_time_loops
 
-__all__ = ["Shard", "sequence_variables"]
+__all__ = ["Shard", "sequence_variables", "shard_count"]
 
 def sequence_variables(module: Module) -> list[Variable]:
     """The sequence tensors of the module's time loops and the variables that follow them."""
@@ -73,6 +73,13 @@ def sequence_variables(module: Module) -> list[Variable]:
     shard = _placement(module, loops, 1)
     graph = module.graph
     return [graph.variables[v] for v in np.unique(graph.variable_of_id(np.flatnonzero(shard >= 0)))]
+
+
+def shard_count(module: Module) -> int | None:
+    """How many shards the module's fixed-length time loops are split into (None: it has none),
+    whether the layer was built sharded or this pass split it."""
+    loops, _ = find_time_loops(module)
+    return _current(module.graph, loops) if loops else None
 
 
 def _placement(module: Module, loops: list[TimeLoop], count: int) -> np.ndarray:

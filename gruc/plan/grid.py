@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from gruc.errors import GrucTypeError, GrucValueError
 from gruc.plan.layer import PLAN_IGNORED, effective_pipeline
+from gruc.plan.rows import cell_text
 from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.validated import GrucModel
 
@@ -81,7 +82,7 @@ class SweepSpec(GrucModel):
             try:
                 result.append(GruLayerConfig(**self.fixed, **values))
             except GrucValueError as error:
-                named = ", ".join(f"{k}={v!r}" for k, v in values.items())
+                named = ", ".join(f"{k}={cell_text(v)}" for k, v in values.items())
                 where = f"configuration {named}" if named else "the fixed flags"
                 raise type(error)(f"{where}: {error}") from None
         return result

@@ -31,6 +31,7 @@ from gruc.ops.rnn_geometry import shard_time_bounds
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
 from gruc.passes.pipeline import parse_pipeline
+from gruc.passes.shard import Shard, shard_count
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
@@ -110,6 +111,9 @@ class LayerPlan:
     report: Report
     build_seconds: float
     compile_seconds: float
+    shards: int
+    """Shards per time loop in the compiled program: the layer's, unless the pipeline's shard
+    pass chose another count."""
 
     def row(self, swept: Sequence[str] = ()) -> dict[str, Any]:
         """One sweep row: the ``swept`` parameters, then :data:`ROW_COLUMNS`."""
@@ -117,7 +121,7 @@ class LayerPlan:
         cycles = report.cycles
         first = min(report.tiles_over_capacity, key=lambda o: o.tile, default=None)
         values = {
-            "shards_chosen": self.layer.num_shards, "fits": report.fits,
+            "shards_chosen": self.shards, "fits": report.fits,
             "tiles_over_capacity": len(report.tiles_over_capacity),
             "first_overflow_tile": None if first is None else first.tile,
             "first_overflow_bytes": None if first is None else first.bytes,
@@ -168,7 +172,11 @@ def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan
     trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
     counts = static.step_counts((0,), trips=trips)
     report = plan_report(compiled, counts, time.perf_counter() - built)
-    return LayerPlan(config, pipeline, layer, report, built - start, report.compile_seconds)
+    shards = layer.num_shards
+    if any(isinstance(step, Shard) for step in parse_pipeline(pipeline)):
+        shards = shard_count(compiled.module) or shards
+    return LayerPlan(config, pipeline, layer, report, built - start, report.compile_seconds,
+                     shards)
 
 
 def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),

@@ -26,12 +26,14 @@ JSON_NAME = "rows.json"
 CSV_NAME = "rows.csv"
 
 
-def _csv_cell(value: Any) -> Any:
+def cell_text(value: Any) -> str:
+    """A row value as a table cell and as one would type it to ``gruc plan``: lists comma-joined
+    (the CSV quotes them), None empty."""
     if value is None:
         return ""
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
-    return value
+    return str(value)
 
 
 class RowStore:
@@ -108,5 +110,5 @@ class RowStore:
         writer = csv.DictWriter(buffer, fieldnames=self.columns(), lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
-            writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+            writer.writerow({k: cell_text(v) for k, v in row.items()})
         write_text_atomically(self.csv_path, buffer.getvalue())

@@ -67,4 +67,8 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys):
 
 def test_passes_lists_the_registry(capsys):
     assert main(["passes"]) == 0
-    assert "plan-memory" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[lines.index("plan-memory: Plan every variable's bytes on its tiles, checking "
+                             "mappings (and capacity, if strict).") + 1].startswith(
+        "    strict=False  Raise GrucOutOfMemory")
+    assert "    num-shards=0  Shards per time loop; 0: poplibs' memory heuristic" in "\n".join(lines)

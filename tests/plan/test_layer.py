@@ -69,6 +69,14 @@ def test_a_pipeline_can_be_chosen_and_a_bad_one_is_refused():
         plan_row(config, pipeline="no such pass{")
 
 
+def test_shards_chosen_by_the_shard_pass_are_the_rows_shards():
+    config = GruLayerConfig(**SMALL, shards=1)
+    by_pass = plan_row(config, pipeline="canonicalize,shard{num-shards=3}")
+    built = plan_row(GruLayerConfig(**SMALL, shards=3), pipeline="canonicalize")
+    assert by_pass["shards_chosen"] == built["shards_chosen"] == 3
+    assert plan_row(config, pipeline="canonicalize")["shards_chosen"] == 1
+
+
 def test_overflow_names_the_first_tile():
     # input and output alone, always live: 2 x 64 x 32 x 64 x 4 B > 624 KiB on the one tile
     row = plan_row(GruLayerConfig(sequence_size=64, input_size=64, output_size=64, batch_size=32,
