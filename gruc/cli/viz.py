@@ -3,8 +3,9 @@
 The program is the GRU layer of ``gruc gru``'s flags (built, compiled, run and checked: the exit
 code is 1 if the check fails), or a saved module given with ``--input`` (text IR or JSON), which is
 compiled and run once on zeroed tensors so the report has each step's executions (a program
-whose loops depend on its data is better shown with ``--compile-only``).  To see a pipeline's
-result: ``gruc dump -p PIPELINE | gruc viz --input -``.  The report
+whose loops depend on its data is better shown with ``--compile-only``).  Both formats show the
+program as compiled — by the engine's default pipeline, or by ``--pipeline`` ('' for the program
+as built) — so the DOT graph's step numbers are the report's.  The report
 (:func:`gruc.runtime.viz.html_report`) has the memory per tile by category, the tile map, liveness
 over the program steps, the busiest tiles, the program tree and the per-step cycles.
 """
@@ -18,7 +19,7 @@ from gruc.cli.opt import read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.popnn.gru_layer import build_layer, run_layer
-from gruc.runtime.engine import Engine
+from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
@@ -32,6 +33,9 @@ def register(commands) -> None:
                         "stdin) instead of the GRU layer; only --backend may go with it")
     parser.add_argument("--format", choices=("html", "dot"), default="html",
                         help="html report or DOT dataflow graph (default: html)")
+    parser.add_argument("--pipeline", metavar="PIPELINE",
+                        help="pass pipeline to compile with, as `gruc opt -p` (default: the "
+                             "engine's; '' for the program as built)")
     parser.add_argument("--compile-only", action="store_true",
                         help="plan and report memory; do not run (no cycles)")
     parser.add_argument("-o", "--output", metavar="OUT",
@@ -55,11 +59,11 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
                  f"I={config.input_size} H={config.output_size} {config.data_type}")
         if not args.compile_only:
             status.show("compiling and running on the simulated IPU ...")
-            result = run_layer(config, layer)
+            result = run_layer(config, layer, args.pipeline)
             return title, result.engine, result.passed
         module = Module(layer.graph, layer.programs)
     status.show("compiling ...")
-    engine = Engine(module.graph, module.programs, backend=config.backend)
+    engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline)
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
@@ -78,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             layer = build_layer(config_from(args))
             module = Module(layer.graph, layer.programs)
-        write_output(dataflow_dot(module), output)
+        compiled = compile_program(module.graph, module.programs, pipeline=args.pipeline,
+                                   costs=False)
+        write_output(dataflow_dot(compiled.module), output)
         return 0
     with StatusLine() as status:
         title, engine, passed = _engine(args, status)

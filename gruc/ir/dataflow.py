@@ -11,7 +11,7 @@ Two views, both built from :mod:`gruc.ir.effects` (which variables each step rea
   wrote (``waw``).  Scheduling, BSP levels (``networkx.topological_generations``) and the critical
   path (:func:`critical_path`) come straight from networkx.
 
-Steps are the leaf program nodes in pre-order (entry programs, then the graph's functions), each
+Steps are the leaf program nodes numbered as every analysis numbers them (:func:`steps_of`), each
 with its index, node and a short description.  Loop bodies appear once: this is the static
 program, not an unrolled trace.
 """
@@ -24,7 +24,7 @@ import networkx as nx
 
 from gruc.ir.effects import EffectTable
 from gruc.ir.module import Module
-from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue, Sync,
+from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue, Sync,
                              WriteUndef)
 
 LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
@@ -32,8 +32,33 @@ LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
 
 
 def steps_of(module: Module) -> Iterator[Program]:
-    """The step nodes of ``module`` in pre-order."""
-    return (node for node in module.walk() if isinstance(node, LEAVES))
+    """The step nodes of ``module``, in the order liveness, the memory plan and the report number
+    them (:mod:`gruc.passes.steps`): the entry programs, then each function once — the graph's,
+    then any other a ``Call`` names; a ``RepeatWhileTrue``'s predicate read after its condition and
+    before its body, an ``If``'s before its branches."""
+    functions = list(module.graph.functions)
+    listed = {id(function) for function in functions}
+
+    def visit(node: Program) -> Iterator[Program]:
+        if isinstance(node, RepeatWhileTrue):
+            yield from visit(node.condition)
+            yield node
+            yield from visit(node.body)
+            return
+        if isinstance(node, Call) and id(node.function) not in listed:
+            listed.add(id(node.function))
+            functions.append(node.function)
+        if isinstance(node, LEAVES):
+            yield node
+        for child in node.children():
+            yield from visit(child)
+
+    for program in module.programs:
+        yield from visit(program)
+    done = 0
+    while done < len(functions):  # visiting a function may find another one to number
+        yield from visit(functions[done].program)
+        done += 1
 
 
 def describe(node: Program) -> str:

@@ -300,12 +300,14 @@ def reference_results(config: GruLayerConfig, data: gru_reference.RandomInputs,
     return expected
 
 
-def run_layer(config: GruLayerConfig, layer: GruLayer | None = None) -> LayerRun:
-    """Build (unless given), compile, run and check the layer against the float64 reference."""
+def run_layer(config: GruLayerConfig, layer: GruLayer | None = None,
+              pipeline: str | None = None) -> LayerRun:
+    """Build (unless given), compile (with ``pipeline``: as :class:`Engine`'s), run and check the
+    layer against the float64 reference."""
     start = time.perf_counter()
     layer = layer or build_layer(config)
     built = time.perf_counter()
-    engine = Engine(layer.graph, layer.programs, backend=config.backend)
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
     compiled = time.perf_counter()
     data, lengths = host_data(config)
     values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,

@@ -17,6 +17,7 @@ from gruc.cli import main
 from gruc.ir.module import Module
 from gruc.ir.printer import print_module
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.runtime.engine import Engine
 from gruc.runtime.viz import CATEGORIES, StatusLine, dataflow_dot, memory_views, tile_grid
 from cli_helpers import SIZES, SMALL, gruc
 
@@ -107,7 +108,10 @@ def test_viz_from_a_saved_module_and_compile_only(tmp_path, capsys):
 def test_viz_dot_is_the_dataflow_graph(tmp_path, capsys):
     layer = build_layer(CONFIG)
     code, out, _ = gruc(["viz", *SMALL, "--format", "dot"], capsys)
-    assert (code, out) == (0, dataflow_dot(Module(layer.graph, layer.programs)))
+    assert (code, out) == (0, dataflow_dot(Engine(layer.graph, layer.programs).module))
+    code, as_built, _ = gruc(["viz", *SMALL, "--format", "dot", "--pipeline", ""], capsys)
+    assert (code, as_built) == (0, dataflow_dot(Module(layer.graph, layer.programs)))
+    assert as_built != out  # the default pipeline fuses the cell's elementwise steps
     assert gruc(["viz", *SMALL, "--format", "dot", "-o", str(tmp_path / "g.dot")], capsys)[0] == 0
     assert (tmp_path / "g.dot").read_text() == out
 

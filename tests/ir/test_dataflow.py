@@ -2,8 +2,10 @@
 
 import networkx as nx
 
-from gruc import FLOAT, Copy, Graph, Module, Repeat, Sequence, Target, WriteUndef
-from gruc.ir.dataflow import critical_path, dataflow_graph, step_dependencies
+from gruc import (FLOAT, Call, Copy, Graph, If, Module, Repeat, RepeatWhileTrue, Sequence, Target,
+                  WriteUndef)
+from gruc.ir.dataflow import critical_path, dataflow_graph, step_dependencies, steps_of
+from gruc.ir.graph import Function
 from gruc.ir.expr import _1, Const
 from gruc.ops import map, map_in_place
 
@@ -55,3 +57,22 @@ def test_critical_path_weights_steps():
     assert path == [1, 3] and length == 11.0
     path, length = critical_path(dag, lambda k: 1.0)
     assert length == 3.0 and path == [0, 2, 4]
+
+
+def test_steps_are_numbered_as_liveness_and_the_report_number_them():
+    from gruc.passes.liveness import analyse_liveness
+
+    g = Graph(Target.custom(tiles_per_ipu=2))
+    x, y, p = (g.add_variable(FLOAT, (4,), name) for name in "xyp")
+    for v in (x, y, p):
+        g.set_tile_mapping(v, 0)
+    listed = g.add_function(Sequence(Copy(x, y)), "listed")
+    unlisted = Function("unlisted", Sequence(Copy(y, x), Call(listed)))  # found through a Call
+    prog = Sequence(Call(unlisted),
+                    RepeatWhileTrue(Copy(x[0:1], p[0:1]), p[0:1], Copy(x, y)),  # condition first
+                    If(p[0:1], Copy(y, x), Sequence(Copy(x, y))), Call(listed))
+    module = Module(g, [prog])
+    numbered = [step.node for step in analyse_liveness(module).steps]
+    assert len(numbered) == 8
+    assert all(a is b for a, b in zip(steps_of(module), numbered, strict=True))
+    assert [dataflow_graph(module).nodes["step", k]["node"] for k in range(8)] == numbered
