@@ -395,14 +395,37 @@ MAX_COMPARED_SLICES = 16
 """Concatenations of more slices than this are checked by their ids (pairs grow quadratically)."""
 
 
+def share_elements(a: Tensor, b: Tensor) -> bool:
+    """Do ``a`` and ``b`` share an element?  Decided from their variables or id ranges when they
+    tell (most operand pairs are views of different variables, or single runs), from the element
+    ids otherwise — which, for the [B, H] tensors of a large batch, is a sort of millions."""
+    if not {id(v) for v in a.variables()} & {id(v) for v in b.variables()}:
+        return False
+    if not a.num_elements or not b.num_elements:
+        return False
+    start_a, start_b = a.contiguous_start(), b.contiguous_start()
+    if start_a is not None and start_b is not None:
+        return start_a < start_b + b.num_elements and start_b < start_a + a.num_elements
+    return bool(np.intersect1d(a.flat_ids(), b.flat_ids()).size)
+
+
 def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
-    """The tensor ``parts`` are slices of, if they are slices of one tensor and no two overlap
-    (compared box by box: a few parts are); else None."""
+    """The tensor ``parts`` are slices of, if they are slices of one tensor and no two overlap;
+    else None.  Slices that differ in one dimension only (a dynamic slice's per-tile pick of
+    column runs: dozens of them) are compared in order along it; others box by box, when few."""
     source = parts[0].sources[0] if parts[0].sources else None
-    if source is None or len(parts) > MAX_COMPARED_SLICES or not all(
+    if source is None or not all(
             isinstance(part.op, SliceOp) and part.sources[0] is source for part in parts):
         return None
     boxes = [(part.op.begin, part.op.end) for part in parts]
+    varying = [d for d in range(source.rank) if len({(b[d], e[d]) for b, e in boxes}) > 1]
+    if len(varying) <= 1:
+        d = varying[0] if varying else 0
+        ranges = sorted((b[d], e[d]) for b, e in boxes)
+        apart = all(end <= begin for (_, end), (begin, _) in zip(ranges, ranges[1:]))
+        return source if apart else None
+    if len(parts) > MAX_COMPARED_SLICES:
+        return None
     for k, (begin, end) in enumerate(boxes):
         for other_begin, other_end in boxes[:k]:
             if all(b < other_e and other_b < e for b, e, other_b, other_e in

@@ -30,7 +30,7 @@ from gruc.ir.effects import EffectTable
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, share_elements
 from gruc.ir.vertices import Direction
 
 CONTEXT_LINES = 3
@@ -52,19 +52,6 @@ def _context(module: Module, culprit: object) -> str:
     width = len(str(last))
     return "\n".join(f"{'>' if n == at else ' '} {n:>{width}} | {all_lines[n - 1]}"
                      for n in range(first, last + 1))
-
-
-def _overlap(a: Tensor, b: Tensor) -> bool:
-    """Do ``a`` and ``b`` share an element?  Decided from their variables or id ranges when they
-    tell (vertices number in the thousands, most fields a slice of a different variable), from
-    the element ids otherwise."""
-    if not {id(v) for v in a.variables()} & {id(v) for v in b.variables()}:
-        return False
-    start_a, start_b = a.contiguous_start(), b.contiguous_start()
-    if start_a is not None and start_b is not None:
-        return (a.num_elements > 0 and b.num_elements > 0 and start_a < start_b + b.num_elements
-                and start_b < start_a + a.num_elements)
-    return bool(np.intersect1d(a.flat_ids(), b.flat_ids()).size)
 
 
 class _Verifier:
@@ -131,7 +118,7 @@ class _Verifier:
             if vertex.kind.fields[name.split("[")[0]].direction is not Direction.INOUT:
                 continue
             for other_name, other in fields:
-                if other_name != name and _overlap(tensor, other):
+                if other_name != name and share_elements(tensor, other):
                     self.fail(vertex, f"InOut field {name!r} of vertex {vertex.kind.name} aliases "
                                       f"field {other_name!r}: an in-place operand must not overlap "
                                       "any other operand")

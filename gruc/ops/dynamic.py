@@ -36,7 +36,7 @@ from gruc.ir.codelets.dynamic import OFFSET_TYPES
 from gruc.ir.graph import ComputeSet, Graph, check_op_args
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor, concat
+from gruc.ir.tensor import Tensor, concat, share_elements
 
 __all__ = ["dynamic_slice", "dynamic_update"]
 
@@ -178,9 +178,8 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
     expect(s.dtype == t.dtype, GrucTypeError,
            f"dynamic_update slice is {s.dtype.name} but the tensor is {t.dtype.name}")
     for role, other in (("slice", s), ("offset", offset)):
-        shared = {id(v) for v in t.variables()} & {id(v) for v in other.variables()}
-        expect(not shared or not np.intersect1d(t.flat_ids(), other.flat_ids()).size,
-               GrucValueError, f"dynamic_update {role} shares elements with the updated tensor")
+        expect(not share_elements(t, other), GrucValueError,
+               f"dynamic_update {role} shares elements with the updated tensor")
     expect(not any(v.is_constant for v in t.variables()), GrucValueError,
            "dynamic_update cannot write into a constant")
     home, whole = _column_tiles(graph, t, dims)

@@ -27,7 +27,7 @@ from gruc.ir import expr as ex
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, share_elements
 from gruc.types import DType, dtype_of
 
 
@@ -201,7 +201,7 @@ def map_in_place(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], pro
                             f"{ex.result_dtype(expr, dtypes).name}, the updated tensor is "
                             f"{target.dtype.name}")
     writable = not has_aliases(target) and not any(v.is_constant for v in target.variables())
-    others_overlap = any(np.intersect1d(target.flat_ids(), t.flat_ids()).size for t in tensors[1:])
+    others_overlap = any(share_elements(target, t) for t in tensors[1:])
     if writable and not others_overlap and (_fusable(expr, tensors, shape) or ex.num_ops(expr) <= 1):
         _add_map_vertex(graph, ex.bind_const_types(expr, dtypes), tensors, target, prog, name,
                         in_place=True)

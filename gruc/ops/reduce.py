@@ -52,7 +52,7 @@ from gruc.ir.layout import Strided, contiguous_strides
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute
 from gruc.ir.program import Sequence as Seq
-from gruc.ir.tensor import Tensor, concat
+from gruc.ir.tensor import Tensor, concat, share_elements
 from gruc.ops.elementwise import fill, has_aliases
 from gruc.types import DType, dtype_of
 
@@ -459,8 +459,7 @@ def reduce_with_output(graph: Graph, t: Tensor, out: Tensor, dims: Iterable[int]
                              "(a broadcast view); it cannot be written")
     if any(v.is_constant for v in out.variables()):
         raise GrucValueError(f"reduce output {out!r} is a constant; it cannot be written")
-    if out.num_elements and t.num_elements and \
-            np.intersect1d(out.flat_ids(), t.flat_ids()).size:
+    if share_elements(out, t):
         raise GrucValueError("reduce output overlaps its input; reduce into a separate tensor")
     _reduce_into(graph, t, out, dims, op, prog, bool(update), scale, name or "reduce",
                  new_output=False)

@@ -203,6 +203,7 @@ def test_has_repeats_of_concatenated_slices_follows_their_ids():
     slices of a tensor with repeats, or slices of different tensors, are decided by their ids."""
     g, x, _ = fresh((4, 10))
     _, y, _ = fresh((4, 10), g)
+    _, wide, _ = fresh((2, 64), g)
     broadcast = x[:1].broadcast(4, 0)
 
     def cols(t, b, e):
@@ -221,6 +222,15 @@ def test_has_repeats_of_concatenated_slices_follows_their_ids():
         "slices of two tensors": (concat([cols(x, 0, 2), cols(y, 0, 2)], 1), False),
         "one element twice across views": (
             concat([cols(x, 0, 2), x.transpose()[:2].transpose()], 1), True),
+        # more than MAX_COMPARED_SLICES, differing in one dim: ordered along it, not listed
+        "many disjoint column runs": (concat([cols(wide, b, b + 2) for b in range(60, 0, -3)], 1),
+                                      False),
+        "many column runs, two touching": (
+            concat([cols(wide, b, b + 2) for b in range(0, 60, 3)] + [cols(wide, 58, 59)], 1),
+            True),
+        "many runs, in two dims": (
+            concat([wide.slice((r, b), (r + 1, b + 2)) for r in (0, 1) for b in range(0, 30, 3)]
+                   + [wide.slice((0, 1), (1, 2))], 1), True),
     }
     for name, (view, repeats) in cases.items():
         ids = view.flat_ids()
