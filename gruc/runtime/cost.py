@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import ConcatOp
+from gruc.ir.layout import ConcatOp, SliceOp, Strided
 from gruc.ir.mapping import UNMAPPED, distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
@@ -100,15 +100,15 @@ READ_BATCH_ELEMENTS = 1 << 20
 arrays a long sequence's reads would otherwise make)."""
 
 DIRECT_READ_ELEMENTS = 2048
-"""Parts of reads by one tile of at least this many elements are not batched (see ``remote``)."""
+"""Parts of a read by one tile of at least this many elements are compared with its tile on their
+own, not joined with the others (see ``held_elsewhere``)."""
 
 Read = tuple[Tensor, "np.ndarray | int"]
 """A tensor a step reads and its home: the tile of each element's reader, or one tile for all."""
 
 
-Piece = tuple[Tensor, "np.ndarray | int", int]
-"""A view a step reads (a read, or a part of a concatenation a tile reads), its home and the
-index of the read it belongs to."""
+Piece = tuple[Tensor, np.ndarray]
+"""A read whose elements have readers of their own, and the tile of each one's reader."""
 
 
 def _batches(pieces: list[Piece], graph: Graph) -> Iterator[tuple[list[Piece], list[np.ndarray]]]:
@@ -157,45 +157,54 @@ class _StepCoster:
         (element, receiver) of each read.  A step's reads are compared with their homes a batch
         at a time (a GRU step reads thousands of small tensors, nearly all wholly local); only
         the reads with remote elements are then accounted one by one.  A read by one tile is
-        compared part by part of a concatenation (a dynamic slice's per-tile column pick), so
-        its ids are not listed unless it has remote elements, and a large part where its tiles
-        lie, without copying them into a batch."""
+        compared part by part of a concatenation (:meth:`held_elsewhere`), so its ids are not
+        listed unless it has remote elements."""
         pieces: list[Piece] = []
         by_tile: set[int] = set()  # reads by one tile with remote elements
+        sources: dict[int, np.ndarray] = {}
         for k, (tensor, home) in enumerate(reads):
             if not isinstance(home, int):
-                pieces.append((tensor, home, k))
-                continue
-            for part in _concatenated(tensor):
-                if part.num_elements < DIRECT_READ_ELEMENTS:
-                    pieces.append((part, home, k))
-                else:
-                    tiles = self.graph.element_tile_view(part)
-                    if np.any((tiles[0] if repeats_its_rows(tiles) else tiles) != home):
-                        by_tile.add(k)
+                pieces.append((tensor, home))
+            elif self.held_elsewhere(tensor, home, sources):
+                by_tile.add(k)
         for batch, tiles in _batches(pieces, self.graph):
             lengths = np.array([len(t) for t in tiles], dtype=np.int64)
-            homes = np.repeat(np.array([home if isinstance(home, int) else UNMAPPED
-                                        for _, home, _ in batch], dtype=np.int64), lengths)
             ends = np.cumsum(lengths)
-            for j, (_, home, _) in enumerate(batch):
-                if not isinstance(home, int):
-                    homes[ends[j] - lengths[j]:ends[j]] = home
-            away = np.concatenate(tiles) != homes
+            away = np.concatenate(tiles) != np.concatenate([home for _, home in batch])
             nonempty = np.flatnonzero(lengths)
             some_away = np.logical_or.reduceat(away, ends[nonempty] - lengths[nonempty]) \
                 if len(nonempty) else nonempty
             for j in nonempty[some_away].tolist():
-                tensor, home, k = batch[j]
-                if isinstance(home, int):
-                    by_tile.add(k)
-                else:  # the whole read: reads with a home per element are not split
-                    self.remote_by_element(tensor, home, tiles[j],
-                                           away[ends[j] - lengths[j]:ends[j]],
-                                           bytes_in, bytes_out, crossing)
+                tensor, home = batch[j]
+                self.remote_by_element(tensor, home, tiles[j], away[ends[j] - lengths[j]:ends[j]],
+                                       bytes_in, bytes_out, crossing)
         for k in sorted(by_tile):
             tensor, home = reads[k]
             self.remote_to_tile(tensor, home, bytes_in, bytes_out, crossing)
+
+    def held_elsewhere(self, tensor: Tensor, home: int, sources: dict[int, np.ndarray]) -> bool:
+        """Whether a tile other than ``home`` holds an element of ``tensor``, compared part by
+        part of a concatenation.  A part that slices a strided view takes its tiles from the
+        view's tiles (``sources``, kept for the step): a step's column picks are thousands of
+        slices of a few sequences, and slicing an array costs far less than a view's tiles."""
+        small = []
+        for part in _concatenated(tensor):
+            source = part.sources[0] if isinstance(part.op, SliceOp) else None
+            if source is not None and isinstance(source.layout(), Strided):
+                if id(source) not in sources:
+                    sources[id(source)] = self.graph.element_tile_view(source)
+                tiles = sources[id(source)][tuple(
+                    slice(begin, end) for begin, end in zip(part.op.begin, part.op.end))]
+            else:
+                tiles = self.graph.element_tile_view(part)
+            if repeats_its_rows(tiles):
+                tiles = tiles[0]
+            if tiles.size >= DIRECT_READ_ELEMENTS:
+                if np.any(tiles != home):
+                    return True
+            else:
+                small.append(tiles.reshape(-1))
+        return bool(small) and bool(np.any(np.concatenate(small) != home))
 
     def remote_by_element(self, tensor: Tensor, home: np.ndarray, tiles: np.ndarray,
                           away: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
