@@ -2,7 +2,8 @@
 
 * Plan-only seconds per configuration (median) of a B x I x H = 16 x 2 x 8 layer (S = 20) on 20
   tiles and of a 64 x 256 x 256, S = 100 layer on an ipu2 (target: <= 1 s), with the engine's
-  default pipeline (what a run compiles) and with none (``--pipeline ''``).
+  default pipeline (what a run compiles) and with none (``--pipeline ''``); and of the same ipu2
+  layer with a batch of 4,096, near the largest that fits (default pipeline).
 * The ipu2 layer's time by phase: build, each pass of the default pipeline, verify, liveness +
   memory plan, step costs, static step counts — and the lowering a run adds on top, which
   plan-only skips.
@@ -33,6 +34,8 @@ from gruc.runtime.lower import lower
 SMALL = GruLayerConfig(batch_size=16, input_size=2, output_size=8, sequence_size=20,
                        tiles_per_ipu=20)
 IPU2 = GruLayerConfig(batch_size=64, input_size=256, output_size=256, sequence_size=100)
+LARGE = IPU2.model_copy(update={"batch_size": 4096})
+"""The largest batches a ``--find-max batch-size`` search of the README's layer probes."""
 
 SMALL_SWEEP = SweepSpec(fixed={"input_size": 2, "tiles_per_ipu": 20},
                         swept={"batch_size": (4, 8, 16, 32), "output_size": (8, 16, 32),
@@ -87,6 +90,8 @@ def main() -> None:
         for label, pipeline in [("default_pipeline", None), ("no_pipeline", "")]:
             seconds = median_seconds(lambda: plan_layer(config, pipeline), repeats=repeats)
             per_configuration[f"{name}/{label}"] = round(seconds, 4)
+    seconds = median_seconds(lambda: plan_layer(LARGE), repeats=3)
+    per_configuration["4096x256x256_S100_on_ipu2/default_pipeline"] = round(seconds, 4)
     no_pipeline = IPU2_SWEEP.model_copy(update={"pipeline": ""})
     result = {
         "plan_only_seconds_per_configuration": per_configuration,
