@@ -141,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         for name, lines in result.mismatches.items():
             for line in lines:
                 print(f"  {line}")
+            if lines:
+                worst, largest = result.worst_error(name)
+                share = f" = {100 * worst / largest:.2g}% of" if largest else ", with"
+                print(f"  {name}: largest |diff| {worst:.3g}{share} its largest |expected| "
+                      f"{largest:.3g}")
     print(f"shards            {layer.num_shards}")
     engine.report.print_summary()
     print(f"FLOPs             {layer.flops()}")

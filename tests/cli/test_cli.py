@@ -1,6 +1,7 @@
 """The ``gruc`` command line, in process through ``main(argv)``."""
 
 import json
+import re
 
 import pytest
 
@@ -19,7 +20,15 @@ def test_gru_runs_checks_and_summarises(capsys):
 
 def test_gru_fails_when_the_check_cannot_pass(capsys):
     assert main(["gru", *SMALL, "--rel-tolerance", "0", "--abs-tolerance", "0"]) == 1
-    assert "FAILED" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAILED" in out
+    # each failing tensor's worst difference, against the tensor's own magnitude
+    worst = re.search(r"  output: largest \|diff\| (\S+) = (\S+)% of its largest \|expected\| "
+                      r"(\S+)\n", out)
+    assert worst is not None, out
+    difference, share, largest = (float(group) for group in worst.groups())
+    assert 0 < difference < 1e-5 and 0.5 < largest < 10
+    assert share == pytest.approx(100 * difference / largest, rel=0.1)  # printed to 2 digits
 
 
 @pytest.mark.parametrize("library", ["numpy", "bogus"])
