@@ -3,8 +3,9 @@
 Why a search and not a scan: the answer can be in the thousands (a batch size on an ipu2) and a
 plan costs up to seconds, so the value is bracketed by doubling from the start value (the flag's
 fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
-until one does — then pinned by bisection — about
-``2 log2(answer)`` plans.  This assumes fitting is monotone in the flag (fits up to some value,
+until one does — then pinned down between the two, probing where the busiest tile's bytes,
+interpolated, reach its capacity, and bisecting where that does not narrow the bracket fast
+enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  This assumes fitting is monotone in the flag (fits up to some value,
 never again after), which holds for the sizes of a layer *at a fixed shard count*: with poplibs'
 shard heuristic (no ``--shards``) a longer sequence may get more shards and fit again, so fix
 ``--shards`` when searching the sequence length.  A flag where more is better (tiles per IPU)
@@ -77,13 +78,29 @@ def _fits(row: dict[str, Any]) -> bool:
     return row.get("fits") is True
 
 
+def _crossing(good: int, bad: int, good_row: dict[str, Any], bad_row: dict[str, Any]
+              ) -> int | None:
+    """Where the busiest tile's bytes, taken as linear between two planned values, reach the
+    tile's capacity: the largest value that should still fit, strictly between ``good`` and
+    ``bad``; None when the rows do not tell (a refused value, bytes that did not grow)."""
+    low, high = good_row.get("max_tile_bytes"), bad_row.get("max_tile_bytes")
+    capacity = bad_row.get("bytes_per_tile")
+    if low is None or high is None or capacity is None or high <= low:
+        return None
+    value = good + (capacity - low) * (bad - good) // (high - low)
+    return min(max(value, good + 1), bad - 1)
+
+
 def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
              ) -> tuple[int | None, int | None]:
     """``(largest fitting, smallest failing)`` with failing = fitting + 1 (None for absent).
 
     From a start that fits, doubles up to the first value that does not; from a start that does
     not, halves down to the first value that does (a start above the answer is a guess, not a
-    floor) — then bisects between the two.
+    floor).  Then it narrows the bracket, probing where the busiest tile's bytes, interpolated
+    between its ends, reach capacity (they grow nearly in proportion to a layer's sizes, so the
+    answer is often a probe or two away), and bisecting when two probes in a row did not halve
+    the bracket: never more than three times the probes of plain bisection.
     """
     if _fits(evaluate(start)):
         good, bad = start, None
@@ -105,12 +122,17 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
                 good = probe
             else:
                 bad = probe
-    while bad - good > 1:  # binary: keep good fitting and bad failing
-        middle = (good + bad) // 2
-        if _fits(evaluate(middle)):
-            good = middle
+    halved_at, since = bad - good, 0  # the width last halved to, and probes since then
+    while bad - good > 1:  # keep good fitting and bad failing
+        guess = _crossing(good, bad, evaluate(good), evaluate(bad)) if since < 2 else None
+        probe = guess if guess is not None else (good + bad) // 2
+        if _fits(evaluate(probe)):
+            good = probe
         else:
-            bad = middle
+            bad = probe
+        since += 1
+        if 2 * (bad - good) <= halved_at:
+            halved_at, since = bad - good, 0
     return good, bad
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gruc.errors import GrucValueError
-from gruc.plan import RowStore, SweepSpec, find_max, plan_row
+from gruc.plan import RowStore, SweepSpec, find_max, plan_row, search
 from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.target import MAX_TILES_PER_IPU
 
@@ -80,3 +80,32 @@ def test_more_tiles_run_to_the_most_a_target_may_have(tmp_path):
                          tmp_path)
     assert result.value == MAX_TILES_PER_IPU
     assert "tiles_per_ipu = 8193" in result.failing["error"]
+
+
+
+@pytest.mark.parametrize("bytes_at", [
+    lambda v: 300 * v + 1_000,                      # in proportion, as a layer's sizes
+    lambda v: 4_096 * (v // 37) + 17 * v,           # in steps (whole grains per tile)
+    lambda v: v * v // 3,                           # faster than linear
+    lambda v: 638_800 + int(v ** 0.5),              # nearly flat
+], ids=["linear", "stairs", "quadratic", "flat"])
+def test_the_bracket_is_narrowed_to_the_same_answer_in_few_probes(bytes_at):
+    """Interpolated probes find what bisection finds, whatever the bytes do between the probes;
+    bytes in proportion to the value need a probe or two after doubling, and no profile needs
+    more than three times bisection's."""
+    capacity = 638_976
+    answer = max(v for v in range(1, 1 << 16) if bytes_at(v) <= capacity)
+    rows = {}
+
+    def evaluate(value):
+        if value not in rows:
+            used = bytes_at(value)
+            rows[value] = {"fits": used <= capacity, "max_tile_bytes": used,
+                           "bytes_per_tile": capacity}
+        return rows[value]
+
+    assert search._bracket(evaluate, 1, 1 << 16) == (answer, answer + 1)
+    doubling = answer.bit_length() + 1
+    assert len(rows) <= doubling + 3 * answer.bit_length()
+    if bytes_at(3) - bytes_at(2) == 300:  # linear
+        assert len(rows) <= doubling + 2
