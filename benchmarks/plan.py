@@ -9,6 +9,8 @@
   plan-only skips.
 * Sweep throughput in configurations per minute, serial and on a local pool of two processes
   (worker start-up included), for small layers on 20 tiles and for ipu2 layers.
+* The README's ``--find-max batch-size`` search on the ipu2 layer: its answer, how many layers it
+  planned and in how many seconds.
 
 Writes ``benchmarks/results/plan.json``.
 """
@@ -25,8 +27,8 @@ from gruc.ir.verify import verify
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.plan_memory import plan_memory
-from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, plan_layer,
-                       run_sweep)
+from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, find_max,
+                       plan_layer, run_sweep)
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.cost import step_costs
 from gruc.runtime.lower import lower
@@ -82,6 +84,17 @@ def throughput(spec: SweepSpec, executor) -> dict[str, float]:
             "configurations_per_minute": round(result.configs_per_minute, 1)}
 
 
+def batch_search() -> dict[str, float]:
+    """``gruc plan --find-max batch-size --input-size 256 --output-size 256 --sequence-size 100``."""
+    spec = SweepSpec(fixed={"input_size": 256, "output_size": 256, "sequence_size": 100})
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        (result,) = find_max(spec, "batch_size", out, progress=False)
+        seconds = time.perf_counter() - start
+    return {"largest_batch_that_fits": result.value, "plans": len(result.probes),
+            "seconds": round(seconds, 1)}
+
+
 def main() -> None:
     plan_layer(SMALL)  # imports and first-call costs out of the way
     per_configuration = {}
@@ -105,6 +118,7 @@ def main() -> None:
             "ipu2/serial": throughput(IPU2_SWEEP_DEFAULT_PIPELINE, SerialExecutor()),
             "ipu2/pool_2": throughput(IPU2_SWEEP_DEFAULT_PIPELINE, ProcessExecutor(2)),
         },
+        "find_max_batch_ipu2_256x256_S100": batch_search(),
     }
     path = write_result("plan", result)
     for name, seconds in per_configuration.items():
@@ -113,6 +127,9 @@ def main() -> None:
     for name, sweep in result["sweeps"].items():
         print(f"sweep {name}: {sweep['configurations']} configurations in {sweep['seconds']} s = "
               f"{sweep['configurations_per_minute']} per minute")
+    search = result["find_max_batch_ipu2_256x256_S100"]
+    print(f"find-max batch: {search['largest_batch_that_fits']} after {search['plans']} plans in "
+          f"{search['seconds']} s")
     print(f"-> {path}")
 
 
