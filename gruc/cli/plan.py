@@ -46,7 +46,8 @@ def register(commands) -> None:
     parser.add_argument("--out", default="plan-results", metavar="DIR",
                         help="directory of rows.csv, rows.json and plots (default: plan-results)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="local worker processes (default: CPU count; 1: in this process)")
+                        help="local worker processes for the configurations, or for find-max's "
+                             "points (default: CPU count; 1: in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask distributed scheduler (needs gruc[dist])")
     parser.add_argument("--find-max", metavar="FLAG",
@@ -122,27 +123,32 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
+def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) -> int:
+    flag = _field_of(args.find_max)
+    results = find_max(spec, flag, out, limit=args.find_max_limit, executor=executor,
+                       progress=args.progress)
+    for result in results:
+        print(result.describe())
+    print(f"rows              {out / 'rows.csv'}, {out / 'rows.json'}")
+    if args.plots:
+        probed = [row for result in results for row in result.probes]
+        for path in plot_metrics(probed, (*spec.parameters, flag), out / "plots"):
+            print(f"plot              {path}")
+        chosen = next((r for r in probed if not r["fits"] and not r.get("error")), None)
+        if args.heatmap is not None or chosen is None:
+            chosen = _choose(probed, args.heatmap)
+        if chosen is not None:
+            _heatmap(chosen, out)
+    return 0
+
+
 def _study(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     out = Path(args.out)
-    if args.find_max:
-        flag = _field_of(args.find_max)
-        results = find_max(spec, flag, out, limit=args.find_max_limit, progress=args.progress)
-        for result in results:
-            print(result.describe())
-        print(f"rows              {out / 'rows.csv'}, {out / 'rows.json'}")
-        if args.plots:
-            probed = [row for result in results for row in result.probes]
-            for path in plot_metrics(probed, (*spec.parameters, flag), out / "plots"):
-                print(f"plot              {path}")
-            chosen = next((r for r in probed if not r["fits"] and not r.get("error")), None)
-            if args.heatmap is not None or chosen is None:
-                chosen = _choose(probed, args.heatmap)
-            if chosen is not None:
-                _heatmap(chosen, out)
-        return 0
     executor = make_executor(args.jobs, args.scheduler)
     try:
+        if args.find_max:
+            return _find_max(args, spec, out, executor)
         result = run_sweep(spec, out, executor=executor, progress=args.progress)
     finally:
         executor.close()

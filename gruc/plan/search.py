@@ -13,16 +13,20 @@ just runs to the ``limit``.  A value gruc refuses (a configuration error, or mor
 the target has room for) counts as not fitting, and the result says why.
 
 Every plan the search makes is a row in the output directory like a sweep's (resumable the same
-way); each point of the grid of the *other* swept flags gets its own search.
+way); each point of the grid of the *other* swept flags gets its own search, and the points are
+searched side by side on a sweep's executors (``--jobs``, ``--scheduler``).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from gruc.errors import GrucValueError
+from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layer import config_key, plan_row
 from gruc.plan.rows import RowStore
@@ -137,8 +141,14 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
 
 
 def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int = DEFAULT_LIMIT,
-             progress: bool | None = None) -> list[FindMaxResult]:
-    """For each point of ``spec``'s grid, the largest value of ``flag`` that fits (see module)."""
+             executor: Any = None, progress: bool | None = None) -> list[FindMaxResult]:
+    """For each point of ``spec``'s grid, the largest value of ``flag`` that fits (see module).
+
+    One point is searched in this process, each plan stored as it is made.  Several points are
+    searched side by side on ``executor`` (:mod:`gruc.plan.executors`; default: a local process
+    pool, closed on return), each search's rows stored when it ends: a search is a chain of
+    plans, each waiting for the last, so the points are what runs in parallel.
+    """
     check_spec(spec, "find_max")
     if flag not in SEARCHABLE:
         raise GrucValueError(f"cannot search flag {flag!r}; searchable flags: "
@@ -157,46 +167,113 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
                              f"{start}")
     base = SweepSpec(fixed={k: v for k, v in spec.fixed.items() if k != flag}, swept=spec.swept,
                      pipeline=spec.pipeline)
-    swept = (*spec.parameters, flag)
+    points = base.configs()
     store = RowStore(out)
-    bar = Progress(None, enabled=progress)  # the number of plans is not known in advance
+    search = functools.partial(search_task, flag=flag, start=start, limit=limit,
+                               swept=(*spec.parameters, flag), pipeline=spec.pipeline)
+    items = [{"config": config.model_dump(), "known": _known_rows(store, config, flag,
+                                                                  spec.pipeline)}
+             for config in points]
+    if len(points) == 1:
+        searched = [_search_here(search, items[0], flag, store, progress)]
+    else:
+        searched = _search_on(executor, search, items, store, progress)
     results = []
-    plans = 0
-    try:
-        for point_config in base.configs():
-            point = {name: getattr(point_config, name) for name in spec.parameters}
-            seen: dict[int, dict[str, Any]] = {}
-
-            def evaluate(value: int) -> dict[str, Any]:
-                nonlocal plans
-                if value not in seen:
-                    seen[value] = _row_of(point_config, flag, value, swept, spec.pipeline,
-                                          store)
-                    plans += 1
-                    bar.update(plans, f"{flag}={value}")
-                return seen[value]
-
-            value, failing = _bracket(evaluate, start, limit)
-            probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
-            results.append(FindMaxResult(flag, point, value,
-                                         None if value is None else seen[value],
-                                         None if failing is None else seen[failing], probes))
-    finally:
-        bar.close()
+    for config, (good, bad, seen) in zip(points, searched):
+        point = {name: getattr(config, name) for name in spec.parameters}
+        probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
+        results.append(FindMaxResult(flag, point, good, None if good is None else seen[good],
+                                     None if bad is None else seen[bad], probes))
+    # the files list each point's plans by value, the points in grid order
+    store.arrange([row["config"] for result in results for row in result.probes])
     store.write()
     return results
 
 
+Searched = tuple[int | None, int | None, dict[int, dict[str, Any]]]
+"""A search's ``(largest fitting, smallest failing, row of every value it looked at)``."""
+
+
+def search_task(item: dict[str, Any], *, flag: str, start: int, limit: int,
+                swept: tuple[str, ...], pipeline: str | None,
+                planned: Callable[[dict[str, Any]], None] | None = None) -> Searched:
+    """One grid point's search (top level, so worker processes can unpickle it): ``item`` holds
+    the point's configuration and the rows already stored for it (``known``, by key); each row
+    planned now is passed to ``planned``, if given."""
+    config, known = GruLayerConfig(**item["config"]), item["known"]
+    seen: dict[int, dict[str, Any]] = {}
+
+    def evaluate(value: int) -> dict[str, Any]:
+        if value not in seen:
+            seen[value] = _row_of(config, flag, value, swept, pipeline, known)
+            if planned is not None and seen[value].get("config") not in known:
+                planned(seen[value])
+        return seen[value]
+
+    return (*_bracket(evaluate, start, limit), seen)
+
+
+def _search_here(search: Callable[..., Searched], item: dict[str, Any], flag: str,
+                 store: RowStore, progress: bool | None) -> Searched:
+    """``search`` of ``item`` in this process, each new row stored the moment it is planned."""
+    bar = Progress(None, enabled=progress)  # the number of plans is not known in advance
+    plans = 0
+
+    def planned(row: dict[str, Any]) -> None:
+        nonlocal plans
+        if "config" in row:
+            store.add(row)
+        plans += 1
+        bar.update(plans, f"{flag}={row[flag]}")
+
+    try:
+        return search(item, planned=planned)
+    finally:
+        bar.close()
+
+
+def _search_on(executor: Any, search: Callable[..., Searched], items: list[dict[str, Any]],
+               store: RowStore, progress: bool | None) -> list[Searched]:
+    """``search`` of every item on ``executor``, each search's new rows stored as it ends."""
+    own = executor is None
+    executor = make_executor() if own else executor
+    bar = Progress(len(items), enabled=progress)
+    found: list[Searched | None] = [None] * len(items)
+    try:
+        for done, (index, searched) in enumerate(executor.map_unordered(search, items), start=1):
+            for row in searched[2].values():
+                if "config" in row and row["config"] not in store:
+                    store.add(row)
+            found[index] = searched
+            bar.update(done, "searches")
+    finally:
+        bar.close()
+        if own:
+            executor.close()
+    return found
+
+
+def _known_rows(store: RowStore, config: GruLayerConfig, flag: str,
+                pipeline: str | None) -> dict[str, dict[str, Any]]:
+    """The stored rows of ``config`` with any value of ``flag``, by key: what a search of that
+    point need not plan again."""
+    wanted = json.loads(config_key(config, pipeline))
+    wanted.pop(flag)
+    known = {}
+    for row in store.rows:
+        flags = json.loads(row["config"])
+        flags.pop(flag, None)
+        if flags == wanted:
+            known[row["config"]] = row
+    return known
+
+
 def _row_of(base: GruLayerConfig, flag: str, value: int, swept: tuple[str, ...],
-            pipeline: str | None, store: RowStore) -> dict[str, Any]:
-    """The stored row of ``base`` with ``flag = value``, planning it if it is not stored yet."""
+            pipeline: str | None, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The row of ``base`` with ``flag = value``: a known one, else planned now."""
     try:
         config = GruLayerConfig(**{**base.model_dump(), flag: value})
     except GrucValueError as error:
         return {flag: value, "fits": None, "error": f"{type(error).__name__}: {error}"}
     key = config_key(config, pipeline)
-    row = store.get(key)
-    if row is None:
-        row = plan_row(config, swept, pipeline)
-        store.add(row)
-    return row
+    return known[key] if key in known else plan_row(config, swept, pipeline)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gruc.errors import GrucValueError
-from gruc.plan import RowStore, SweepSpec, find_max, plan_row, search
+from gruc.plan import (ProcessExecutor, RowStore, SerialExecutor, SweepSpec, find_max, plan_row,
+                       search)
 from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.target import MAX_TILES_PER_IPU
 
@@ -50,11 +51,32 @@ def test_a_start_above_the_answer_searches_down(tmp_path):
 def test_one_search_per_point_of_the_other_flags(tmp_path):
     spec = SweepSpec(fixed={"input_size": 4, "output_size": 4, "batch_size": 2,
                             "tiles_per_ipu": 16}, swept={"sequence_size": (3, 6)})
-    results = find_max(spec, "shards", tmp_path)
+    results = find_max(spec, "shards", tmp_path, executor=SerialExecutor())
     assert [r.point for r in results] == [{"sequence_size": 3}, {"sequence_size": 6}]
     for result in results:   # more shards than the target allows is refused, not an overflow
         assert result.failing["shards"] == result.value + 1
         assert "numShards" in result.failing["error"]
+
+
+def test_points_searched_side_by_side_find_what_one_process_finds(tmp_path):
+    spec = SweepSpec(fixed={"input_size": 8, "tiles_per_ipu": 1, "shards": 1, "sequence_size": 16},
+                     swept={"output_size": (8, 32, 64)})
+    alone = find_max(spec, "batch_size", tmp_path / "serial", executor=SerialExecutor())
+    executor = ProcessExecutor(2)
+    try:
+        pooled = find_max(spec, "batch_size", tmp_path / "pool", executor=executor)
+        planned = len(RowStore(tmp_path / "pool"))
+        again = find_max(spec, "batch_size", tmp_path / "pool", executor=executor)
+    finally:
+        executor.close()
+    answers = [(r.point, r.value, r.failing["batch_size"]) for r in alone]
+    assert [(r.point, r.value, r.failing["batch_size"]) for r in pooled] == answers
+    assert [(r.point, r.value) for r in again] == [(point, value) for point, value, _ in answers]
+    assert planned == sum(len(r.probes) for r in alone) == len(RowStore(tmp_path / "serial"))
+    assert len(RowStore(tmp_path / "pool")) == planned   # the rerun planned nothing new
+    in_order = [(row["output_size"], row["batch_size"]) for row in RowStore(tmp_path / "pool").rows]
+    assert in_order == sorted(in_order)                   # by point, then by value
+    assert alone[0].value > alone[1].value > alone[2].value > 1
 
 
 def test_limits_and_bad_flags(tmp_path):
