@@ -340,15 +340,17 @@ class Graph:
         """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""
         return self.element_tile_view(tensor).reshape(-1)
 
-    def element_tile_view(self, tensor: Tensor) -> np.ndarray:
+    def element_tile_view(self, tensor: Tensor, *, gather: bool = True) -> np.ndarray | None:
         """The tile of every element of ``tensor``, shaped like it: where the view is strided, a
         read-only view of the tile table where it can be (nothing copied: a check over a long
-        sequence's views reads each tile once), else gathered by the view's ids."""
+        sequence's views reads each tile once), else gathered by the view's ids — or, without
+        ``gather``, None (a caller that only wants it if it costs nothing)."""
         layout = self._own(tensor).layout()
         if isinstance(layout, Strided):
             return self._table.view(layout, tensor.shape,
-                                    [variable.first_id for variable in tensor.variables()])
-        return self._table.gather(layout)
+                                    [variable.first_id for variable in tensor.variables()],
+                                    gather=gather)
+        return self._table.gather(layout) if gather else None
 
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """The tile of each global element id."""

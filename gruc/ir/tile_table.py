@@ -127,15 +127,16 @@ class TileTable:
             _prefault(self.array, first, first + found[0])
             self._bounds = None
 
-    def view(self, layout: Strided, shape: Shape, firsts: list[int]) -> np.ndarray:
+    def view(self, layout: Strided, shape: Shape, firsts: list[int], *,
+             gather: bool = True) -> np.ndarray | None:
         """The tiles of a strided view of the variables starting at ``firsts``, shaped like it
         (read-only): a view of the table where it can be — of a repeating variable, folded into
-        its first row — else gathered."""
+        its first row — else gathered, or None without ``gather``."""
         repeating = [first for first in firsts if first in self._repeats]
         if repeating:
             folded = self._folded(layout, shape, repeating[0]) if len(firsts) == 1 else None
             if folded is None:
-                return self.gather(materialise(layout, shape))
+                return self.gather(materialise(layout, shape)) if gather else None
             layout = folded
         tiles = strided_view(self.array, 0, layout, shape)
         tiles.flags.writeable = False

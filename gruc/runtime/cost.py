@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import ConcatOp, SliceOp, Strided
+from gruc.ir.layout import ConcatOp, SliceOp
 from gruc.ir.mapping import UNMAPPED, distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
@@ -184,15 +184,17 @@ class _StepCoster:
 
     def held_elsewhere(self, tensor: Tensor, home: int, sources: dict[int, np.ndarray]) -> bool:
         """Whether a tile other than ``home`` holds an element of ``tensor``, compared part by
-        part of a concatenation.  A part that slices a strided view takes its tiles from the
-        view's tiles (``sources``, kept for the step): a step's column picks are thousands of
-        slices of a few sequences, and slicing an array costs far less than a view's tiles."""
+        part of a concatenation.  A part that slices a view whose tiles are a view of the tile
+        table takes them from there (``sources``, kept for the step): a step's column picks are
+        thousands of slices of a few sequences, and slicing an array costs far less than a
+        view's tiles.  A view whose tiles would have to be gathered (a sequence the table keeps
+        as one step, viewed across steps) is not gathered whole: its parts are read one by one."""
         small = []
         for part in _concatenated(tensor):
             source = part.sources[0] if isinstance(part.op, SliceOp) else None
-            if source is not None and isinstance(source.layout(), Strided):
-                if id(source) not in sources:
-                    sources[id(source)] = self.graph.element_tile_view(source)
+            if source is not None and id(source) not in sources:
+                sources[id(source)] = self.graph.element_tile_view(source, gather=False)
+            if source is not None and sources[id(source)] is not None:
                 tiles = sources[id(source)][tuple(
                     slice(begin, end) for begin, end in zip(part.op.begin, part.op.end))]
             else:
