@@ -85,7 +85,8 @@ def throughput(spec: SweepSpec, executor) -> dict[str, float]:
 
 
 def batch_search() -> dict[str, float]:
-    """``gruc plan --find-max batch-size --input-size 256 --output-size 256 --sequence-size 100``."""
+    """``gruc plan --find-max batch-size --input-size 256 --output-size 256
+    --sequence-size 100``."""
     spec = SweepSpec(fixed={"input_size": 256, "output_size": 256, "sequence_size": 100})
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()

@@ -5,10 +5,11 @@ plan costs up to seconds, so the value is bracketed by doubling from the start v
 fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
 until one does — then pinned down between the two, probing where the busiest tile's bytes,
 interpolated, reach its capacity, and bisecting where that does not narrow the bracket fast
-enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  This assumes fitting is monotone in the flag (fits up to some value,
-never again after), which holds for the sizes of a layer *at a fixed shard count*: with poplibs'
-shard heuristic (no ``--shards``) a longer sequence may get more shards and fit again, so fix
-``--shards`` when searching the sequence length.  A flag where more is better (tiles per IPU)
+enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  This assumes
+fitting is monotone in the flag (fits up to some value, never again after), which holds for
+the sizes of a layer *at a fixed shard count*: with poplibs' shard heuristic (no ``--shards``)
+a longer sequence may get more shards and fit again, so fix ``--shards`` when searching the
+sequence length.  A flag where more is better (tiles per IPU)
 just runs to the ``limit``.  A value gruc refuses (a configuration error, or more shards than
 the target has room for) counts as not fitting, and the result says why.
 
@@ -171,8 +172,9 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     store = RowStore(out)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
                                swept=(*spec.parameters, flag), pipeline=spec.pipeline)
-    items = [{"config": config.model_dump(), "known": _known_rows(store, config, flag,
-                                                                  spec.pipeline)}
+    known = _known_rows(store, flag)
+    items = [{"config": config.model_dump(),
+              "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}
              for config in points]
     if len(points) == 1:
         searched = [_search_here(search, items[0], flag, store, progress)]
@@ -253,18 +255,19 @@ def _search_on(executor: Any, search: Callable[..., Searched], items: list[dict[
     return found
 
 
-def _known_rows(store: RowStore, config: GruLayerConfig, flag: str,
-                pipeline: str | None) -> dict[str, dict[str, Any]]:
-    """The stored rows of ``config`` with any value of ``flag``, by key: what a search of that
-    point need not plan again."""
-    wanted = json.loads(config_key(config, pipeline))
-    wanted.pop(flag)
-    known = {}
+def _without(key: str, flag: str) -> str:
+    """A row key with ``flag`` left out: what the rows of one search point share."""
+    flags = json.loads(key)
+    flags.pop(flag, None)
+    return json.dumps(flags, sort_keys=True)
+
+
+def _known_rows(store: RowStore, flag: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """The stored rows by search point (their key without ``flag``), then by key: what a search
+    of that point need not plan again."""
+    known: dict[str, dict[str, dict[str, Any]]] = {}
     for row in store.rows:
-        flags = json.loads(row["config"])
-        flags.pop(flag, None)
-        if flags == wanted:
-            known[row["config"]] = row
+        known.setdefault(_without(row["config"], flag), {})[row["config"]] = row
     return known
 
 

@@ -23,7 +23,7 @@ from numba import njit
 
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.layout import ConcatOp, SliceOp
-from gruc.ir.mapping import UNMAPPED, distinct
+from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.ir.tile_table import repeats_its_rows
@@ -161,7 +161,7 @@ class _StepCoster:
         listed unless it has remote elements."""
         pieces: list[Piece] = []
         by_tile: set[int] = set()  # reads by one tile with remote elements
-        sources: dict[int, np.ndarray] = {}
+        sources: dict[int, np.ndarray | None] = {}
         for k, (tensor, home) in enumerate(reads):
             if not isinstance(home, int):
                 pieces.append((tensor, home))
@@ -182,7 +182,8 @@ class _StepCoster:
             tensor, home = reads[k]
             self.remote_to_tile(tensor, home, bytes_in, bytes_out, crossing)
 
-    def held_elsewhere(self, tensor: Tensor, home: int, sources: dict[int, np.ndarray]) -> bool:
+    def held_elsewhere(self, tensor: Tensor, home: int,
+                       sources: dict[int, np.ndarray | None]) -> bool:
         """Whether a tile other than ``home`` holds an element of ``tensor``, compared part by
         part of a concatenation.  A part that slices a view whose tiles are a view of the tile
         table takes them from there (``sources``, kept for the step): a step's column picks are

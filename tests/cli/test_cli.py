@@ -80,4 +80,5 @@ def test_passes_lists_the_registry(capsys):
     assert lines[lines.index("plan-memory: Plan every variable's bytes on its tiles, checking "
                              "mappings (and capacity, if strict).") + 1].startswith(
         "    strict=False  Raise GrucOutOfMemory")
-    assert "    num-shards=0  Shards per time loop; 0: poplibs' memory heuristic" in "\n".join(lines)
+    shard_lines = "\n".join(lines)
+    assert "    num-shards=0  Shards per time loop; 0: poplibs' memory heuristic" in shard_lines
