@@ -142,8 +142,25 @@ def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) ->
     return 0
 
 
+def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
+    """Refuse a ``--heatmap`` index that cannot be chosen before planning anything: a sweep's
+    configurations are known from its grid (a search's probes only as it goes, so there only a
+    negative index is refused here)."""
+    index = args.heatmap
+    if index is None:
+        return
+    if not args.plots:
+        raise GrucValueError(f"--heatmap {index} chooses the configuration of the tile heatmap "
+                             "that --plots draws; add --plots")
+    count = None if args.find_max else spec.size
+    if index < 0 or (count is not None and index >= count):
+        allowed = f"there are {count} (0..{count - 1})" if count else "it is 0-based"
+        raise GrucValueError(f"--heatmap {index} is not a configuration; {allowed}")
+
+
 def _study(args: argparse.Namespace) -> int:
     spec = spec_from(args)
+    _check_heatmap(args, spec)
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)
     try:

@@ -60,13 +60,16 @@ class SweepSpec(GrucModel):
         if empty:
             raise ValueError(f"swept flags {empty} have no values")
         effective_pipeline(self.pipeline)  # a pipeline that does not parse is refused here
-        size = 1
-        for values in self.swept.values():
-            size *= len(values)
+        size = self.size
         if size > MAX_CONFIGURATIONS:
             raise ValueError(f"the grid has {size} configurations, more than "
                              f"{MAX_CONFIGURATIONS}; check the ranges")
         return self
+
+    @property
+    def size(self) -> int:
+        """How many configurations the grid has."""
+        return math.prod(len(values) for values in self.swept.values())
 
     @property
     def parameters(self) -> tuple[str, ...]:

@@ -53,6 +53,9 @@ def test_sweep_plots_one_figure_per_swept_flag(tmp_path, capsys):
     (["plan", "--find-max", "data-type"], ["data-type", "searchable"]),
     (["plan", "--jobs", "0"], ["jobs", "0"]),
     (["plan", "--backend", "numpy"], ["unrecognized arguments", "--backend"]),
+    (["plan", "--batch-size", "1,2", "--heatmap", "2", "--plots"], ["--heatmap 2", "there are 2"]),
+    (["plan", "--find-max", "shards", "--heatmap", "-1", "--plots"], ["--heatmap -1", "0-based"]),
+    (["plan", "--heatmap", "0"], ["--heatmap 0", "add --plots"]),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path):
     with pytest.raises(SystemExit) as info:
@@ -62,3 +65,4 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path):
     assert len(err.strip().splitlines()) == 1, err
     for word in words:
         assert word in err
+    assert not list(tmp_path.iterdir()), "refused before anything is planned or written"
