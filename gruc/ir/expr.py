@@ -28,8 +28,10 @@ Choices callers must know (each follows poplibs / C unless noted):
   an integer division or remainder by zero yields 0 instead of trapping.  Float ``rem`` is ``fmod``.
 * ``round`` rounds halves away from zero (C ``round``); ``signum`` of 0 or NaN is its argument.
 * ``max`` / ``min`` propagate NaN and return the first operand on ties; ``relu(NaN)`` is NaN.
-* Casts: float to integer truncates; to bool means ``!= 0``; to half rounds to nearest.  Converting
-  NaN, infinities or out-of-range values to an integer type is unspecified (as in C).
+* Casts: float to integer truncates toward zero and saturates: values past the type's range
+  (infinities included) give its least or greatest value, NaN gives 0 (as Rust's ``as``; C leaves
+  them undefined).  Integer to integer wraps (two's complement); to bool means ``!= 0``; to half
+  rounds to nearest.
 * inf and NaN are ordinary results: no floating-point warning is raised.
 """
 
@@ -630,10 +632,19 @@ class _Evaluator:
             case Const(value=value, dtype=dtype):
                 result = np.asarray(value, dtype=dtype.storage)
             case Cast(arg=arg, dtype=dtype):
-                result = self.value(arg).astype(dtype.storage)
+                result = cast_values(self.value(arg), dtype)
             case UnaryOp(op=op) | BinaryOp(op=op) | TernaryOp(op=op):
                 result = OPS[op].numpy(*(self.value(child) for child in children(expr)))
         return np.asarray(result, dtype=self.typing.natural(expr).compute)
+
+
+def cast_values(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """``values`` converted to ``dtype`` as :class:`Cast` defines it (see the module notes)."""
+    if values.dtype.kind == "f" and dtype.storage.kind in "iu":
+        limits = np.iinfo(dtype.storage)
+        wide = np.clip(values.astype(np.float64), limits.min, limits.max)
+        return np.where(np.isnan(wide), 0, wide).astype(dtype.storage)
+    return values.astype(dtype.storage)
 
 
 def compile_evaluator(expr: Expr, operand_dtypes: Sequence[DType | str]

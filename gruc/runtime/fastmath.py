@@ -10,6 +10,10 @@ and no branches LLVM turns a loop of them into SIMD code (they are compiled on t
 by LLVM into each kernel, so the kernel's loop vectorises through them).
 
 Only float32 arguments are intended; results are float32.
+
+Beside them, the float-to-integer conversions with the results :mod:`gruc.ir.expr` defines for
+NaN and out-of-range values (a bare ``np.int32(x)`` there is undefined in LLVM and differed from
+the numpy engine).
 """
 
 from __future__ import annotations
@@ -92,3 +96,26 @@ def sigmoid32(x):
     if x != x:
         result = x
     return result
+
+
+_INT32_MAX = 2147483647.0
+_INT32_MIN = -2147483648.0
+_UINT32_MAX = 4294967295.0
+
+
+@njit(cache=True, error_model="numpy")
+def int32_of_float(x):
+    """``x`` truncated toward zero, saturated to int32's range; NaN gives 0."""
+    wide = np.float64(x)
+    if wide != wide:
+        return np.int32(0)
+    return np.int32(min(max(wide, _INT32_MIN), _INT32_MAX))
+
+
+@njit(cache=True, error_model="numpy")
+def uint32_of_float(x):
+    """``x`` truncated toward zero, saturated to uint32's range; NaN gives 0."""
+    wide = np.float64(x)
+    if wide != wide:
+        return np.uint32(0)
+    return np.uint32(min(max(wide, 0.0), _UINT32_MAX))

@@ -51,7 +51,8 @@ SEGMENT_MIN_AVERAGE = 4
 _FASTMATH_VERSION = hashlib.sha1(Path(fastmath.__file__).read_bytes()).hexdigest()[:12]
 
 KERNEL_HEADER = ("import math\nimport numpy as np\nfrom numba import njit\n"
-                 "from gruc.runtime.fastmath import exp32, sigmoid32, tanh32\n"
+                 "from gruc.runtime.fastmath import (exp32, int32_of_float, sigmoid32, tanh32,\n"
+                 "                                   uint32_of_float)\n"
                  f"# fastmath {_FASTMATH_VERSION}: numba's cache cannot see imported changes\n\n\n"
                  '@njit(cache=True, nogil=True, error_model="numpy")\n')
 """Start of every generated kernel module; the kernel function itself is named ``kernel``."""

@@ -60,6 +60,8 @@ def _numpy_map(vertex: LoweredVertex) -> Prepared:
 # ---- numba ------------------------------------------------------------------------------------
 _CONSTRUCTOR = {FLOAT.name: "np.float32", INT.name: "np.int32", UNSIGNED_INT.name: "np.uint32",
                 BOOL.name: "bool"}
+_OF_FLOAT = {INT.name: "int32_of_float", UNSIGNED_INT.name: "uint32_of_float"}
+"""Float-to-integer casts, with the results :mod:`gruc.ir.expr` defines for NaN and overflow."""
 _FAST_FLOAT32 = {ex.Unary.EXP: "exp32({0})", ex.Unary.TANH: "tanh32({0})",
                  ex.Unary.SIGMOID: "sigmoid32({0})"}
 
@@ -90,6 +92,8 @@ class ScalarCode:
             value = _literal(node.value)
         elif isinstance(node, ex.Cast):
             value = self.emit(node.arg)
+            if node.dtype.name in _OF_FLOAT and ex.result_dtype(node.arg, self.dtypes).is_float:
+                value = f"{_OF_FLOAT[node.dtype.name]}({value})"
         else:
             args = [self.emit(child) for child in ex.children(node)]
             operand_type = ex.result_dtype(ex.children(node)[0], self.dtypes)
