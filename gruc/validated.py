@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gruc.errors import GrucOptionError, GrucValueError
+from gruc.errors import GrucOptionError, GrucTypeError, GrucValueError
 
 
 def describe_validation_error(model_name: str, error: ValidationError) -> str:
@@ -44,3 +44,8 @@ class GrucModel(BaseModel):
                 allowed = ", ".join(sorted(type(self).model_fields))
                 raise GrucOptionError(f"{message} (allowed fields: {allowed})") from None
             raise GrucValueError(message) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Frozen: pydantic's own refusal is a ValidationError, not a GrucError."""
+        raise GrucTypeError(f"{type(self).__name__} is immutable: cannot set {name!r}; build a "
+                            f"new {type(self).__name__} with the value you want")

@@ -153,6 +153,7 @@ class Graph:
         """A constant; ``value`` is a scalar or array broadcastable to ``shape``."""
         dtype = dtype_of(dtype)
         shape = _as_shape(shape)
+        self._check_room(shape, name)  # before its values are made
         array = np.asarray(value) if value is not None else np.asarray([], dtype=object)
         if array.dtype.kind not in "biuf":
             raise GrucTypeError(f"constant value {value!r} must be numbers (a scalar or an array "
@@ -168,6 +169,7 @@ class Graph:
 
     def clone(self, tensor: Tensor, name: str = "") -> Variable:
         """A new variable shaped, typed and mapped like ``tensor`` (Poplar ``clone``)."""
+        tensor = self._own(tensor)
         copy = self.add_variable(tensor.dtype, tensor.shape, name)
         if self.rows_alike(tensor) and self._table.repeating_row(copy.first_id):  # one row
             self._write_rows(copy, self.element_tile_view(tensor[0]))
@@ -179,15 +181,20 @@ class Graph:
             self._mapped_whole.add(copy.index)
         return copy
 
-    def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
-                      constant: np.ndarray | None) -> Variable:
-        if not isinstance(name, str):
-            raise GrucTypeError(f"tensor name must be a string, got {name!r}")
+    def _check_room(self, shape: tuple[int, ...], name: Any) -> int:
+        """The element count of a new variable of ``shape``, refused past the graph's limit."""
         count = math.prod(shape)
         if self._table.size + count > MAX_ELEMENTS:
             raise GrucValueError(f"variable {name!r} of shape {list(shape)} ({count} elements) "
                                  f"would give the graph {self._table.size + count} elements; a "
                                  f"graph holds at most {MAX_ELEMENTS} (2^32)")
+        return count
+
+    def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
+                      constant: np.ndarray | None) -> Variable:
+        if not isinstance(name, str):
+            raise GrucTypeError(f"tensor name must be a string, got {name!r}")
+        count = self._check_room(shape, name)
         row = count // shape[0] if len(shape) > 1 and shape[0] > 1 else count  # (rows: stored once
         first = self._table.add(count, row)  # until written in part)
         var = Variable(self, shape, dtype, name or f"v{len(self.variables)}", len(self.variables),
@@ -512,7 +519,8 @@ class Graph:
 
     # ---- host streams -----------------------------------------------------------------------
     def create_host_write(self, name: str, tensor: Tensor) -> None:
-        """Let the host write ``tensor`` by ``name`` (``engine.write_tensor``)."""
+        """Let the host write ``tensor`` by ``name`` (``engine.write_tensor``); not a constant,
+        whose value programs may have been built on (no program may write one either)."""
         self._stream(self.host_writes, name, tensor, "host write")
 
     def create_host_read(self, name: str, tensor: Tensor) -> None:
@@ -524,7 +532,13 @@ class Graph:
                else GrucValueError,
                f"{what} name must be a non-empty string, got {name!r}")
         expect(name not in table, GrucValueError, f"{what} {name!r} already exists")
-        table[name] = self._own(tensor)
+        owned = self._own(tensor)
+        if table is self.host_writes:
+            constant = next((v.name for v in owned.variables() if v.is_constant), None)
+            expect(constant is None, GrucValueError,
+                   f"host write {name!r} would write into constant {constant!r}; host writes "
+                   "need variables")
+        table[name] = owned
 
     def __repr__(self) -> str:
         return (f"<Graph {self.target.describe()}: {len(self.variables)} variables, "

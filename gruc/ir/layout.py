@@ -328,8 +328,8 @@ class BroadcastOp(ViewOp):
     def result_shape(self, shapes: list[Shape]) -> Shape:
         (shape,) = shapes
         _check_dim(self.dim, len(shape), "broadcast")
-        if self.times < 1:
-            raise GrucValueError(f"broadcast count {self.times} must be >= 1")
+        if self.times < 0:
+            raise GrucValueError(f"broadcast count {self.times} must be >= 0")
         return shape[:self.dim] + (shape[self.dim] * self.times,) + shape[self.dim + 1:]
 
     def apply(self, layouts: list[Layout], shapes: list[Shape], out: Shape) -> Layout:

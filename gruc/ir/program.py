@@ -15,8 +15,11 @@ it is mutable; passes replace whole sequences rather than editing one in place.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
 
 from gruc.errors import GrucTypeError, GrucValueError
 
@@ -150,10 +153,13 @@ class Repeat(Program):
     body: Program
 
     def __post_init__(self) -> None:
-        if (not isinstance(self.count, int) or isinstance(self.count, bool)
-                or not 0 <= self.count <= MAX_REPEAT_COUNT):
+        count = self.count
+        if isinstance(count, numbers.Integral) and not isinstance(count, (bool, np.bool_)):
+            count = int(count)  # a numpy integer too: stored as a Python int
+        if type(count) is not int or not 0 <= count <= MAX_REPEAT_COUNT:
             raise GrucValueError(f"Repeat count {self.count!r} must be an integer in "
                                  f"0..{MAX_REPEAT_COUNT} (Poplar's unsigned count)")
+        object.__setattr__(self, "count", count)
         _check_program(self.body, "Repeat body")
 
     def children(self) -> tuple[Program, ...]:

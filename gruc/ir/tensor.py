@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError
+from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, Layout, ReshapeOp, ReverseOp,
                             Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_start,
                             contiguous_strides, materialise, strided_distinct)
@@ -122,6 +122,9 @@ class Tensor:
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
+            count = sum(k is Ellipsis for k in key)
+            expect(count == 1, GrucIndexError,
+                   f"an index may hold one ... (Ellipsis); this one holds {count}")
             at = key.index(Ellipsis)
             fill = self.rank - (len(key) - 1)
             key = key[:at] + (slice(None),) * fill + key[at + 1:]

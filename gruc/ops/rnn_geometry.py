@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from gruc.errors import GrucOptionError, GrucValueError, expect
+from gruc.errors import GrucOptionError, GrucTypeError, GrucValueError, expect
 from gruc.target import Target
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
@@ -151,8 +151,17 @@ def calculate_tile_usage(output: bool, num_tiles: int, batch_size: int,
     return -(-grains // grains_per_tile)
 
 
+def check_geometry_args(what: str, target: Any, params: Any) -> None:
+    """The (target, params) pair every geometry query takes: refuse anything else by name."""
+    expect(isinstance(target, Target), GrucTypeError,
+           f"{what} needs a gruc Target, got {type(target).__name__}")
+    expect(isinstance(params, RnnParams), GrucTypeError,
+           f"{what} needs RnnParams, got {type(params).__name__}")
+
+
 def tiles_per_shard(target: Target, params: RnnParams) -> int:
     """Tiles of one shard: the larger of the input's and the output's tile usage."""
+    check_geometry_args("tiles_per_shard", target, params)
     return max(calculate_tile_usage(output, target.num_tiles, params.batch_size, params.layer_sizes)
                for output in (False, True))
 
@@ -163,6 +172,7 @@ def get_max_shards(target: Target, params: RnnParams) -> int:
     As many shards as disjoint tile sets fit, but never more than an equal ``ceil`` split of the
     time steps needs, so every shard keeps at least one step.
     """
+    check_geometry_args("get_max_shards", target, params)
     fitting = target.num_tiles // tiles_per_shard(target, params)
     steps_per_shard = -(-params.max_time_steps // fitting)
     return -(-params.max_time_steps // steps_per_shard)
@@ -176,11 +186,13 @@ def _bytes_per_tile(num_tiles: int, batch_size: int, size: int, dtype: DType) ->
 
 def get_input_bytes_per_tile(target: Target, params: RnnParams) -> int:
     """Bytes of **one time step** of the input on its busiest tile, spread over all tiles."""
+    check_geometry_args("get_input_bytes_per_tile", target, params)
     return _bytes_per_tile(target.num_tiles, params.batch_size, params.input_size, params.dtype)
 
 
 def get_output_bytes_per_tile(target: Target, params: RnnParams) -> int:
     """Bytes of **one time step** of the output on its busiest tile, spread over all tiles."""
+    check_geometry_args("get_output_bytes_per_tile", target, params)
     return _bytes_per_tile(target.num_tiles, params.batch_size, params.output_size, params.dtype)
 
 

@@ -41,7 +41,7 @@ from gruc.ops.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_
                                    gru_flops_wu, gru_num_shards)
 from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
                                    check_in_graph, check_layer_args, check_tensor, check_weights,
-                                   from_internal_order, weights_in_order)
+                                   from_internal_order, require_attention, weights_in_order)
 
 OptionsLike = GruOptions | dict[str, Any] | None
 
@@ -375,6 +375,7 @@ def au_gru_fwd(graph: Graph, params: GruParams, init_state: Tensor, input: Tenso
                save_intermediates: bool = False, real_time_steps: Tensor | None = None,
                name: str = "", options: OptionsLike = None) -> ForwardResult:
     """The AUGRU forward pass (poplibs ``auGruFwd``): ``u ← (1 − a) u`` with ``a`` ``[B, S]``."""
+    require_attention("au_gru_fwd", att_scores)
     return _forward(graph, params, init_state, input, weights, prog, save_intermediates,
                     real_time_steps, att_scores, name or "augru", options)
 

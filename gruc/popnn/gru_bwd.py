@@ -66,7 +66,7 @@ from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.ops.rnn_geometry import code_reuse_default
 from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights,
                                    check_in_graph, check_layer_args, check_tensor, check_weights,
-                                   weights_in_order)
+                                   require_attention, weights_in_order)
 from gruc.types import FLOAT, HALF, DType
 
 __all__ = ["GruGradients", "interleaved_wu_is_beneficial", "gru_bwd", "au_gru_bwd", "gru_wu",
@@ -634,6 +634,7 @@ def au_gru_bwd(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init:
                name: str = "", options: GruOptions | dict | None = None) -> GruGradients:
     """The AUGRU backward pass (poplibs ``auGruBwd``): :func:`gru_bwd` plus the gradient of the
     attention scores ``[B, S]``."""
+    require_attention("au_gru_bwd", attentions)
     return _backward(graph, params, prog, fwd_output_init, fwd_intermediates, weights, fwd_input,
                      fwd_output, grad_layer_next, save_bwd_intermediates=save_bwd_intermediates,
                      update_weights=False, attentions=attentions,
@@ -682,6 +683,7 @@ def au_gru_bwd_with_wu(graph: Graph, params: GruParams, prog: Sequence, fwd_outp
                        options: GruOptions | dict | None = None) -> GruGradients:
     """:func:`gru_bwd_with_wu` for AUGRU (poplibs ``auGruBwdWithWU``), with the attention
     gradient."""
+    require_attention("au_gru_bwd_with_wu", attentions)
     return _backward_with_update(graph, params, prog, fwd_output_init, fwd_intermediates,
                                  weights, fwd_input, fwd_output, grad_layer_next, attentions,
                                  real_time_steps, name or "augru_bwd_wu", options)

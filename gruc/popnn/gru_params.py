@@ -11,9 +11,11 @@ biases and weight gradients at the API boundary (:func:`to_internal_order`,
 
 from __future__ import annotations
 
+import numbers
 from enum import Enum
 from typing import Any, NamedTuple
 
+import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError, expect
@@ -81,9 +83,10 @@ class GruParams(GrucModel):
         sizes = tuple(value)
         if len(sizes) != 2:
             raise ValueError(f"Invalid GRU params (layerSize != 2): got {len(sizes)} sizes")
-        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+        if any(not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 1
+               for n in sizes):
             raise ValueError(f"layer sizes must be integers >= 1, got {list(sizes)}")
-        return sizes  # type: ignore[return-value]
+        return tuple(int(n) for n in sizes)  # type: ignore[return-value] (numpy ints too)
 
     @field_validator("cell_order", mode="before")
     @classmethod
@@ -158,7 +161,13 @@ class GruOptions(GrucModel):
     @field_validator("partials_type", mode="before")
     @classmethod
     def _partials(cls, value: Any) -> str:
-        name = dtype_of(value).name if not isinstance(value, str) else value.lower()
+        if isinstance(value, str):
+            name = value.lower()
+        else:
+            try:
+                name = dtype_of(value).name
+            except GrucTypeError:  # pydantic names the option; the message the allowed values
+                name = None
         if name not in _PARTIALS:
             raise ValueError(f"partialsType {value!r} is not one of: half, float")
         return name
@@ -245,9 +254,16 @@ def check_in_graph(graph: Any, tensors: dict[str, Any]) -> None:
                f"GRU {what} belongs to another graph than the one the layer is built in")
 
 
+def require_attention(builder: str, attention: Any) -> None:
+    """An AUGRU builder given no attention scores would quietly build a plain GRU: refuse."""
+    expect(attention is not None, GrucTypeError,
+           f"{builder} needs the attention scores, a [batch, steps] tensor, got None (a GRU "
+           f"without attention is {builder.replace('au_gru', 'gru')})")
+
+
 def check_weights(params: GruParams, weights: GruWeights) -> None:
     """Raise naming the weight tensor whose type or shape does not fit the layer."""
-    if not isinstance(weights, tuple) or len(weights) != 3:
+    if not isinstance(weights, GruWeights):
         raise GrucTypeError(f"GRU weights must be GruWeights(input_weights, output_weights, "
                             f"biases), got {type(weights).__name__}")
     i, h = params.layer_sizes

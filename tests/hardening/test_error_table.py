@@ -35,6 +35,7 @@ from gruc.ir.serialize import module_from_json
 from gruc.ir.verify import verify
 from gruc.ops import (add, cast, dynamic_slice, fill, map, map_in_place, mat_mul, non_linearity,
                       reduce, scaled_add_to, zero)
+from gruc.ops.rnn_geometry import get_max_shards
 from gruc.passes.pipeline import parse_pipeline
 from gruc.plan import SweepSpec, find_max, make_executor, parse_values, run_sweep
 from gruc.popnn import gru
@@ -126,6 +127,19 @@ def copy_into_constant():
     g.set_tile_mapping(c, 0)
     g.create_host_write("x", x)
     engine(g, [Sequence(Copy(x, c))])
+
+
+def host_write_into_constant():
+    g = graph()
+    c = g.add_constant(FLOAT, (2,), 1.0, "c")
+    g.set_tile_mapping(c, 0)
+    g.create_host_write("c", c[1:])
+
+
+def augru_without_attention():
+    g, p = graph(), params()
+    gru.au_gru_fwd(g, p, gru.create_initial_state(g, p), gru.create_input(g, p),
+                   gru.create_weights(g, p), Sequence(), None)
 
 
 def lowering_bug_caught_by_a_checked_run():
@@ -291,6 +305,16 @@ BAD_INPUTS = [
     ("gru-graph-str", lambda: gru.create_input("g", params()), GrucTypeError, "str"),
     ("gru-layer-sizes-int", lambda: params(layer_sizes=5), GrucValueError, "5"),
     ("gru-weights-int", lambda: gru_fwd(weights=lambda g: 5), GrucTypeError, "int"),
+    ("gru-weights-plain-tuple", lambda: gru_fwd(
+        weights=lambda g: tuple(gru.create_weights(g, params()))), GrucTypeError, "got tuple"),
+    ("augru-attention-none", augru_without_attention, GrucTypeError,
+     "au_gru_fwd needs the attention scores"),
+    ("clone-int", lambda: graph().clone(3, "c"), GrucTypeError, "int"),
+    ("max-shards-none", lambda: get_max_shards(None, params().rnn),
+     GrucTypeError, "NoneType"),
+    ("target-frozen", lambda: setattr(TARGET, "tiles_per_ipu", 3), GrucTypeError,
+     "'tiles_per_ipu'"),
+    ("index-two-ellipses", lambda: var(graph())[..., ...], GrucIndexError, "holds 2"),
     ("gru-input-int", lambda: gru_fwd(input=lambda g: 5), GrucTypeError, "int"),
     ("gru-prog-int", lambda: gru_fwd(prog=lambda g: 5), GrucTypeError, "int"),
     ("gru-flops-str", lambda: gru.get_basic_gru_cell_fwd_flops("x"), GrucTypeError, "str"),
@@ -320,7 +344,7 @@ BAD_INPUTS = [
     ("grain-zero", lambda: (lambda g: g.map_tensor_linearly(var(g), grain_size=0))(graph()),
      GrucValueError, "grain_size 0"),
     ("subsample-zero", lambda: tensor().subsample(0, 0), GrucValueError, "stride 0"),
-    ("broadcast-zero", lambda: tensor().broadcast(0, 0), GrucValueError, "count 0"),
+    ("broadcast-negative", lambda: tensor().broadcast(-2, 0), GrucValueError, "count -2"),
     ("slice-step-zero", lambda: tensor()[::0], GrucValueError, "step 0"),
     ("constant-nan-int", lambda: graph().add_constant(INT, (2,), float("nan")), GrucValueError,
      "nan"),
@@ -406,6 +430,8 @@ BAD_INPUTS = [
      GrucOptionError, "'maybe'"),
     ("gru-option-partials", lambda: GruOptions.parse({"partialsType": "int"}), GrucOptionError,
      "'int'"),
+    ("gru-option-partials-number", lambda: GruOptions.parse({"partialsType": 3}),
+     GrucOptionError, "partialsType 3 is not one of: half, float"),
     ("gru-options-int", lambda: GruOptions.parse(5), GrucOptionError, "int"),
     ("gru-shards-too-many", lambda: gru_fwd(options={"numShards": 99}), GrucOptionError, "99"),
     ("matmul-option-unknown", lambda: (lambda g: mat_mul(g, var(g), var(g, (6, 5), name="w"),
@@ -500,6 +526,9 @@ BAD_INPUTS = [
     ("read-in-untaken-branch", read_after_untaken_branch, GrucProgramError, "'t'"),
     ("host-read-never-written", host_read_never_written, GrucProgramError, "'lonely'"),
     ("copy-into-constant", copy_into_constant, GrucVerifyError, "Copy writes into a constant"),
+    ("host-write-into-constant", host_write_into_constant, GrucValueError, "constant 'c'"),
+    ("constant-past-element-limit", lambda: graph().add_constant(FLOAT, (2**20, 2**20), 0.0),
+     GrucValueError, "2^32"),
     ("map-in-place-constant", lambda: (lambda g: map_in_place(
         g, _1 + 1, [g.add_constant(FLOAT, (2,), 1.0, "c")], Sequence()))(graph()),
      GrucValueError, "'c'"),
@@ -687,3 +716,11 @@ FILE_CASES = [
 def test_cli_bad_files_are_one_line_and_exit_2(argv, text, bad_files, capsys):
     argv = [part.format(d=bad_files) for part in argv]
     check_one_line_error(*run_cli(argv, capsys), text.format(d=bad_files))
+
+
+def test_numpy_integers_are_integers_for_repeat_counts_and_layer_sizes():
+    assert Repeat(np.int64(3), Sequence()).count == 3
+    assert type(Repeat(np.uint32(2), Sequence()).count) is int
+    sizes = GruParams(dtype=FLOAT, batch_size=2, max_time_steps=3,
+                       layer_sizes=(np.int64(4), np.int32(5)))
+    assert sizes.layer_sizes == (4, 5) and all(type(n) is int for n in sizes.layer_sizes)

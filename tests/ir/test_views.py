@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gruc import FLOAT, Graph, GrucError, GrucIndexError, GrucShapeError, Target, concat
+from gruc import (FLOAT, Engine, Graph, GrucError, GrucIndexError, GrucShapeError, Sequence,
+                  Target, concat)
+from gruc.ir.expr import _1, _2
 from gruc.ir.layout import Strided, same_ids, strided_distinct, strided_view
+from gruc.ops import map
 
 SMALL = Target.custom(tiles_per_ipu=16)
 
@@ -264,7 +267,7 @@ def test_shape_queries():
     (lambda x: x.transpose(), GrucShapeError, ["rank-2"]),
     (lambda x: x.dim_shuffle((0, 0, 1)), GrucError, ["not a permutation"]),
     (lambda x: concat([x, x[:, :2, :3]], 1), GrucShapeError, ["concat", "[2, 3, 4]", "[2, 2, 3]"]),
-    (lambda x: x.broadcast(0, 1), GrucError, ["broadcast count 0"]),
+    (lambda x: x.broadcast(-1, 1), GrucError, ["broadcast count -1", ">= 0"]),
     (lambda x: x[0, 0, 0, 0], GrucIndexError, ["too many indices"]),
 ])
 def test_bad_views_name_the_value_and_the_allowed_range(build, error, words):
@@ -279,3 +282,23 @@ def test_tensor_refuses_to_be_used_as_host_data():
     _, x, _ = fresh((2, 3))
     with pytest.raises(GrucError, match="read_tensor"):
         np.asarray(x)
+
+
+def test_broadcasting_to_a_zero_size_dimension_gives_an_empty_tensor():
+    """numpy broadcasting ``[3] -> [0, 3]`` and Poplar's ``broadcast(0, dim)``: empty, not an
+    error, and an elementwise op over such operands runs on both engines."""
+    g = Graph(Target.custom(tiles_per_ipu=2))
+    row = g.add_variable(FLOAT, (3,), "row")
+    g.map_tensor_linearly(row)
+    empty = g.add_variable(FLOAT, (0, 3), "empty")
+    assert row.broadcast_to((0, 3)).shape == (0, 3) and row.broadcast(0, 0).shape == (0,)
+    prog = Sequence()
+    total = map(g, _1 + _2, [empty, row], prog)
+    g.create_host_write("row", row)
+    g.create_host_read("total", total)
+    for backend in ("numpy", "numba"):
+        engine = Engine(g, [prog], backend=backend)
+        engine.write_tensor("row", np.ones(3))
+        engine.run(0)
+        assert engine.read_tensor("total").shape == (0, 3)
+
