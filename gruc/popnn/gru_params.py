@@ -144,8 +144,9 @@ _PARTIALS = {"half": "half", "float": "float"}
 class GruOptions(GrucModel):
     """poplibs' GRU option flags; build from a dict with :meth:`parse`."""
 
-    inference_only: bool = Field(True, alias="inferenceOnly",
-                                 description="Forward only: plans matmuls for inference.")
+    inference_only: bool = Field(
+        True, alias="inferenceOnly",
+        description="Forward only (the products' fullyConnectedPass; gruc plans every pass alike).")
     partials_type: str = Field("float", alias="partialsType",
                                description="Matmul partials type: half or float.")
     available_memory_proportion: float | None = Field(

@@ -147,8 +147,9 @@ class StackGradients(NamedTuple):
 class GruStack:
     """Builds a stack of GRU layers: its weights at construction, then its forward and backward.
 
-    ``options`` are poplibs' GRU options, used for every layer; a stack that will be trained
-    needs ``{"inferenceOnly": False}`` (weights are laid out for the pass they serve).
+    ``options`` are poplibs' GRU options, used for every layer (give a stack that will be
+    trained ``{"inferenceOnly": False}`` as poplibs asks; gruc's layouts do not depend on it, see
+    ``docs/gru-deviations.md``).
     """
 
     def __init__(self, graph: Graph, params: GruStackParams, *, name: str = "gru_stack",
