@@ -90,7 +90,7 @@ def _apply(op: str, t, ids: np.ndarray, others: list, draw):
         to = draw(st.integers(0, rank - 1))
         return t.dim_roll(dim, to), np.moveaxis(ids, dim, to)
     if op == "broadcast" and rank:
-        times = draw(st.integers(1, 3))
+        times = draw(st.integers(0, 3))
         reps = [1] * rank
         reps[dim] = times
         return t.broadcast(times, dim), np.tile(ids, reps)
@@ -133,7 +133,7 @@ def _bad_view(t, draw) -> None:
         elif choice == "stride":
             t.subsample(draw(st.integers(-2, 0)), 0)
         elif choice == "times":
-            t.broadcast(draw(st.integers(-2, 0)), 0)
+            t.broadcast(draw(st.integers(-2, -1)), 0)
         else:
             t[(0,) * (rank + 1)] if rank else t[0]
     except GrucError:

@@ -280,7 +280,7 @@ def build_random_module(draw, target=TARGET):
     writable.append(pred)
     variables.append(pred)
     for k, v in enumerate(variables):
-        if ints(0, 7) == 0:
+        if ints(0, 7) == 0 and not v.is_constant:
             graph.create_host_write(f"w{k}", v)
         if ints(0, 7) == 0:
             graph.create_host_read(f"r{k}", v)
