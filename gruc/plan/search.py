@@ -11,7 +11,9 @@ the sizes of a layer *at a fixed shard count*: with poplibs' shard heuristic (no
 a longer sequence may get more shards and fit again, so fix ``--shards`` when searching the
 sequence length.  A flag where more is better (tiles per IPU)
 just runs to the ``limit``.  A value gruc refuses (a configuration error, or more shards than
-the target has room for) counts as not fitting, and the result says why.
+the target has room for) counts as not fitting, and the result says why — except below every
+value it accepts: a search of the sequence length with ``--shards 5`` starts at 1, which is too
+short for 5 shards, so it steps up to the first length gruc accepts.
 
 Every plan the search makes is a row in the output directory like a sweep's (resumable the same
 way); each point of the grid of the *other* swept flags gets its own search, and the points are
@@ -54,15 +56,19 @@ class FindMaxResult:
     fitting: dict[str, Any] | None
     """Row of ``value``."""
     failing: dict[str, Any] | None
-    """Row of ``value + 1`` — or of 1 if nothing fits; None if ``value`` is the limit."""
+    """Row of ``value + 1``; None if ``value`` is the limit.  If nothing fits, the row of the
+    smallest value gruc accepts (over capacity), or of the last value it refused."""
     probes: list[dict[str, Any]]
     """Every row the search looked at (planned now or found in the output directory), by value;
     values gruc refused as configurations are left out."""
 
     def describe(self) -> str:
         where = "".join(f" {k}={v}" for k, v in self.point.items())
+        if self.value is None and self.failing.get("error"):
+            return (f"{self.flag}{where}: nothing fits: gruc refuses every value tried, up to "
+                    f"{self.failing[self.flag]}: {self.failing['error']}")
         if self.value is None:
-            head = f"{self.flag}{where}: nothing fits, not even 1"
+            head = f"{self.flag}{where}: nothing fits"
         else:
             head = (f"{self.flag}{where}: largest that fits = {self.value} "
                     f"(max tile {self.fitting['max_tile_bytes']} B of "
@@ -83,6 +89,11 @@ def _fits(row: dict[str, Any]) -> bool:
     return row.get("fits") is True
 
 
+def _refused(row: dict[str, Any]) -> bool:
+    """gruc refused the configuration: it has no plan, fitting or not."""
+    return bool(row.get("error"))
+
+
 def _crossing(good: int, bad: int, good_row: dict[str, Any], bad_row: dict[str, Any]
               ) -> int | None:
     """Where the busiest tile's bytes, taken as linear between two planned values, reach the
@@ -100,13 +111,22 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
              ) -> tuple[int | None, int | None]:
     """``(largest fitting, smallest failing)`` with failing = fitting + 1 (None for absent).
 
-    From a start that fits, doubles up to the first value that does not; from a start that does
-    not, halves down to the first value that does (a start above the answer is a guess, not a
-    floor).  Then it narrows the bracket, probing where the busiest tile's bytes, interpolated
-    between its ends, reach capacity (they grow nearly in proportion to a layer's sizes, so the
-    answer is often a probe or two away), and bisecting when two probes in a row did not halve
-    the bracket: never more than three times the probes of plain bisection.
+    A start gruc refuses (a sequence shorter than the fixed shard count needs) is stepped over
+    by doubling, up to the first value it accepts: refused values there are a floor, not values
+    that do not fit.  From a start that fits, doubles up to the first value that does not; from
+    one that does not, halves down toward the floor to the first value that does (a start above
+    the answer is a guess, not a floor).  Then it narrows the bracket, probing where the busiest
+    tile's bytes, interpolated between its ends, reach capacity (they grow nearly in proportion
+    to a layer's sizes, so the answer is often a probe or two away), and bisecting when two
+    probes in a row did not halve the bracket: never more than three times the probes of plain
+    bisection.  Nothing fitting gives ``(None, the smallest accepted value)``, or ``(None, the
+    limit)`` when every value tried was refused.
     """
+    floor = 0  # the largest value known to be refused below every accepted one
+    while _refused(evaluate(start)):
+        if start >= limit:
+            return None, start
+        floor, start = start, min(2 * start, limit)
     if _fits(evaluate(start)):
         good, bad = start, None
         while bad is None:  # exponential: double until a plan does not fit
@@ -119,12 +139,15 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
                 bad = probe
     else:
         good, bad = None, start
-        while good is None:  # exponential: halve until a plan fits
-            if bad == 1:
-                return None, 1
-            probe = bad // 2
-            if _fits(evaluate(probe)):
+        while good is None:  # exponential: halve toward the floor until a plan fits
+            if bad - floor == 1:
+                return None, bad
+            probe = (floor + bad) // 2
+            row = evaluate(probe)
+            if _fits(row):
                 good = probe
+            elif _refused(row):
+                floor = probe
             else:
                 bad = probe
     halved_at, since = bad - good, 0  # the width last halved to, and probes since then
@@ -166,9 +189,7 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < start:
         raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
                              f"{start}")
-    base = SweepSpec(fixed={k: v for k, v in spec.fixed.items() if k != flag}, swept=spec.swept,
-                     pipeline=spec.pipeline)
-    points = base.configs()
+    points = _points(spec, flag, start)
     store = RowStore(out)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
                                swept=(*spec.parameters, flag), pipeline=spec.pipeline)
@@ -190,6 +211,23 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     store.arrange([row["config"] for result in results for row in result.probes])
     store.write()
     return results
+
+
+def _points(spec: SweepSpec, flag: str, start: int) -> list[GruLayerConfig]:
+    """The configurations of the other flags' grid, checked with ``flag`` at the start value
+    (per-row lengths must match the batch size given, not the default) — or, where the start is
+    refused (lengths longer than a first sequence of 1 step), at ``flag``'s default: the search
+    steps over values refused at the start.  Neither valid: the error at the start is the one to
+    read."""
+    others = {k: v for k, v in spec.fixed.items() if k != flag}
+    try:
+        return SweepSpec(fixed={**others, flag: start}, swept=spec.swept,
+                         pipeline=spec.pipeline).configs()
+    except GrucValueError as at_start:
+        try:
+            return SweepSpec(fixed=others, swept=spec.swept, pipeline=spec.pipeline).configs()
+        except GrucValueError:
+            raise at_start from None
 
 
 Searched = tuple[int | None, int | None, dict[int, dict[str, Any]]]

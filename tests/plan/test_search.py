@@ -32,7 +32,7 @@ def test_longest_sequence_that_fits_is_checked_directly(tmp_path):
     (nothing,) = find_max(SweepSpec(fixed={**LAYER, "batch_size": 4096}), "sequence_size",
                           tmp_path)
     assert nothing.value is None and nothing.failing["sequence_size"] == 1
-    assert "nothing fits, not even 1" in nothing.describe()
+    assert "nothing fits; at 1: tile 0 needs" in nothing.describe()
 
 
 def test_a_start_above_the_answer_searches_down(tmp_path):
@@ -46,6 +46,47 @@ def test_a_start_above_the_answer_searches_down(tmp_path):
         assert result.value == answer and result.failing["sequence_size"] == answer + 1
         assert len(result.probes) <= 2 * start.bit_length() + 2
         assert f"largest that fits = {answer}" in result.describe()
+
+
+def test_values_refused_below_every_accepted_one_are_stepped_over(tmp_path):
+    """A sequence too short for the fixed shard count is refused, not over capacity: the search
+    steps up past it instead of reporting that nothing fits."""
+    spec = SweepSpec(fixed={"shards": 5, "batch_size": 2, "input_size": 16, "output_size": 8,
+                            "tiles_per_ipu": 20})
+    (result,) = find_max(spec, "sequence_size", tmp_path, limit=1000)
+    assert result.value == 1000 and result.failing is None
+    assert "numShards" in RowStore(tmp_path).rows[0]["error"]       # S = 1 was refused
+    (refused,) = find_max(SweepSpec(fixed={**spec.fixed, "tiles_per_ipu": 5}), "sequence_size",
+                          tmp_path / "never", limit=64)
+    assert refused.value is None and refused.failing["sequence_size"] == 64
+    assert "refuses every value tried, up to 64: GrucOptionError" in refused.describe()
+
+
+def test_per_row_lengths_are_checked_against_the_start_batch_size(tmp_path):
+    layer = {"sequence_size": 4, "tiles_per_ipu": 4, "variable_time_steps": (1, 2, 3)}
+    (result,) = find_max(SweepSpec(fixed={**layer, "batch_size": 3}), "batch_size", tmp_path)
+    assert result.value == 3 and "batch-size (4) lengths" in result.failing["error"]
+    with pytest.raises(GrucValueError, match=r"batch-size \(5\)"):
+        find_max(SweepSpec(fixed={**layer, "batch_size": 5}), "batch_size", tmp_path / "bad")
+
+
+def _profile(refused_below: int, fits_up_to: int) -> tuple[dict, callable]:
+    rows: dict[int, dict] = {}
+
+    def evaluate(value):
+        rows.setdefault(value, {"error": "refused"} if value < refused_below
+                        else {"fits": value <= fits_up_to})
+        return rows[value]
+    return rows, evaluate
+
+
+@pytest.mark.parametrize("start", [1, 6, 40, 1000])
+def test_the_bracket_takes_refused_low_values_as_a_floor(start):
+    for refused_below, fits_up_to, answer in [(5, 300, (300, 301)), (5, 4, (None, 5)),
+                                              (7, 9, (9, 10)), (5000, 9999, (None, 4096))]:
+        rows, evaluate = _profile(refused_below, fits_up_to)
+        assert search._bracket(evaluate, start, 4096) == answer, (refused_below, fits_up_to)
+        assert len(rows) <= 40
 
 
 def test_one_search_per_point_of_the_other_flags(tmp_path):
