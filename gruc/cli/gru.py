@@ -12,7 +12,8 @@ import os
 import time
 
 from gruc.errors import GrucValueError
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.plan.layer import layer_step_counts
+from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.report import write_text_atomically
@@ -120,6 +121,15 @@ def _profile_directory(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
+def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None
+                  ) -> Engine:
+    """The layer compiled but not run, its report counting the run it would make (the same
+    cycles and exchange as ``gruc plan``), for ``--compile-only``."""
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
+    engine.count_run(layer_step_counts(config, layer, engine.module, engine.plan.liveness.steps))
+    return engine
+
+
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
     if args.profile is not None:
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     layer = build_layer(config)
     built = time.perf_counter() - start
     if args.compile_only:
-        engine = Engine(layer.graph, layer.programs, backend=config.backend)
+        engine = compiled_only(config, layer)
         compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
     else:
         result = run_layer(config, layer)

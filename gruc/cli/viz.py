@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from gruc.cli.gru import FLAGS, add_layer_flags, config_from
+from gruc.cli.gru import FLAGS, add_layer_flags, compiled_only, config_from
 from gruc.cli.opt import read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
@@ -37,7 +37,8 @@ def register(commands) -> None:
                         help="pass pipeline to compile with, as `gruc opt -p` (default: the "
                              "engine's; '' for the program as built)")
     parser.add_argument("--compile-only", action="store_true",
-                        help="plan and report memory; do not run (no cycles)")
+                        help="plan and report; do not run (the layer's cycles are counted as "
+                             "`gruc plan` counts them; a saved module's are not counted)")
     parser.add_argument("-o", "--output", metavar="OUT",
                         help="output file, - for stdout (default: report.html for html, stdout "
                              "for dot)")
@@ -48,26 +49,25 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
     """The report's title, the compiled (and unless ``--compile-only``, run) engine, and whether
     the layer's check passed (True when nothing was checked)."""
     config = config_from(args)
-    if args.input is not None:
-        status.show(f"reading {args.input} ...")
-        module = read_module(args.input)
-        title = f"gruc module {args.input}"
-    else:
+    if args.input is None:
         status.show("building the layer ...")
         layer = build_layer(config)
         title = (f"gruc GRU layer S={config.sequence_size} B={config.batch_size} "
                  f"I={config.input_size} H={config.output_size} {config.data_type}")
-        if not args.compile_only:
-            status.show("compiling and running on the simulated IPU ...")
-            result = run_layer(config, layer, args.pipeline)
-            return title, result.engine, result.passed
-        module = Module(layer.graph, layer.programs)
+        if args.compile_only:
+            status.show("compiling ...")
+            return title, compiled_only(config, layer, args.pipeline), True
+        status.show("compiling and running on the simulated IPU ...")
+        result = run_layer(config, layer, args.pipeline)
+        return title, result.engine, result.passed
+    status.show(f"reading {args.input} ...")
+    module = read_module(args.input)
     status.show("compiling ...")
     engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline)
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
-    return title, engine, True
+    return f"gruc module {args.input}", engine, True
 
 
 def run(args: argparse.Namespace) -> int:

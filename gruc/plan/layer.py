@@ -27,6 +27,7 @@ import numpy as np
 
 import gruc
 from gruc.errors import GrucError, GrucProgramError
+from gruc.ir.module import Module
 from gruc.ops.rnn_geometry import shard_time_bounds
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
@@ -100,6 +101,17 @@ def loop_trips(config: GruLayerConfig, layer: GruLayer, loops: Sequence[Step],
     return {step.index: trips for step, trips in zip(loops, in_order)}
 
 
+def layer_step_counts(config: GruLayerConfig, layer: GruLayer, module: Module,
+                      steps: Sequence[Step]) -> np.ndarray:
+    """How often one run of the layer's program 0, as compiled into ``module`` (numbered as
+    ``steps``), executes each step — counted from the program tree with the time loops' trips
+    the layer's lengths give, equal to a run's counts."""
+    static = StaticProgram(module, steps)
+    lengths = run_lengths(config)
+    trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
+    return static.step_counts((0,), trips=trips)
+
+
 @dataclass
 class LayerPlan:
     """A plan-only layer: what was built and the report a run would produce."""
@@ -167,10 +179,7 @@ def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan
     layer = build_layer(config)
     built = time.perf_counter()
     compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline)
-    static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
-    lengths = run_lengths(config)
-    trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
-    counts = static.step_counts((0,), trips=trips)
+    counts = layer_step_counts(config, layer, compiled.module, compiled.plan.liveness.steps)
     report = plan_report(compiled, counts, time.perf_counter() - built)
     shards = layer.num_shards
     if any(isinstance(step, Shard) for step in parse_pipeline(pipeline)):

@@ -182,6 +182,21 @@ class Engine:
                                  f"0..{count - 1}")
         return int(program)
 
+    def count_run(self, counts: np.ndarray) -> None:
+        """Account one run without executing it: ``counts`` holds how often that run would
+        execute each step, derived from the program tree by whoever knows what the data would
+        do to its loops and branches (:func:`gruc.plan.layer.layer_step_counts`).  The report's
+        cycles, exchange and per-step executions then read as after that run — what a
+        ``--compile-only`` profile wants.  Device memory is untouched and there is still no run
+        to trace; kernels that keep gathered operands only re-read them more often."""
+        counts = np.asarray(counts)
+        steps = self.interpreter.step_counts
+        if counts.shape != steps.shape or counts.dtype.kind not in "iu" or np.any(counts < 0):
+            raise GrucValueError(f"count_run needs {len(steps)} non-negative integer step counts "
+                                 f"(one per step), got shape {list(counts.shape)} of "
+                                 f"{counts.dtype}")
+        steps += counts
+
     def run(self, program: int = 0) -> None:
         """Run entry program ``program`` on the device state."""
         program = self._program_number(program)

@@ -270,7 +270,9 @@ class Report:
             f"exchange          {self.exchange_bytes} B",
             f"cycles            {cycles.total} total = {cycles.compute} compute + "
             f"{cycles.exchange} exchange + {cycles.sync} sync "
-            f"({self.seconds * 1e6:.1f} us at {self.target.clock_hz / 1e9:.2f} GHz)",
+            f"({self.seconds * 1e6:.1f} us at {self.target.clock_hz / 1e9:.2f} GHz)"
+            if self.step_counts.any() else
+            "cycles            none counted: no step has run (a compiled, unrun program)",
             f"compile           {self.compile_seconds:.3f} s",
         ]
         for overflow in self.tiles_over_capacity[:3]:

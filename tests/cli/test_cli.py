@@ -51,6 +51,11 @@ def test_gru_compile_only_and_profile(tmp_path, capsys):
     assert "PASSED" not in capsys.readouterr().out
     assert main(["gru", *SMALL, "--profile", str(tmp_path)]) == 0
     assert "traceEvents" in json.loads((tmp_path / "trace.json").read_text())
+    ran = json.loads((tmp_path / "report.json").read_text())
+    # compile-only counts the run it would make: the same cycles, exchange and executions
+    assert report["cycles"]["total"] == ran["cycles"]["total"] > 0
+    assert report["exchange"]["total_bytes"] == ran["exchange"]["total_bytes"] > 0
+    assert [s["executions"] for s in report["steps"]] == [s["executions"] for s in ran["steps"]]
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -100,9 +100,13 @@ def test_viz_from_a_saved_module_and_compile_only(tmp_path, capsys):
                          "-o", str(tmp_path / "ran.html")], capsys)
     assert code == 0 and "ran.html" in out
     assert "x3, " in (tmp_path / "ran.html").read_text()  # ran: the loop body executed 3 times
+    code, _, _ = gruc(["viz", "--input", str(tmp_path / "in.gruc"), "--compile-only",
+                       "-o", str(tmp_path / "unrun.html")], capsys)
+    page = (tmp_path / "unrun.html").read_text()   # a saved module's loops are not counted
+    assert code == 0 and "x0, " in page and "x3, " not in page and "none counted" in page
     code, _, _ = gruc(["viz", *SMALL, "--compile-only", "-o", str(tmp_path / "plan.html")], capsys)
-    page = (tmp_path / "plan.html").read_text()
-    assert code == 0 and "x0, " in page and "x3, " not in page
+    page = (tmp_path / "plan.html").read_text()   # the layer's are, as gruc plan counts them
+    assert code == 0 and "x3, " in page and "none counted" not in page
 
 
 def test_viz_dot_is_the_dataflow_graph(tmp_path, capsys):
