@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 from gruc.cli.gru import add_layer_flags, config_from
-from gruc.cli.opt import FORMATS, add_pipeline_flags, apply_pipeline, format_module, write_output
+from gruc.cli.opt import (FORMATS, add_pipeline_flags, apply_pipeline, format_module, output_file,
+                          write_output)
 from gruc.ir.module import Module
 from gruc.popnn.gru_layer import build_layer
 from gruc.runtime.viz import StatusLine
@@ -23,7 +24,8 @@ def register(commands) -> None:
     add_pipeline_flags(parser)
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text IR, JSON or DOT dataflow graph (default: text)")
-    parser.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
+                        help="output file (default: stdout)")
     parser.set_defaults(run=run)
 
 

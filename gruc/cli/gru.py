@@ -11,7 +11,7 @@ import argparse
 import os
 import time
 
-from gruc.errors import GrucValueError
+from gruc.cli.opt import output_directory
 from gruc.plan.layer import layer_step_counts
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, run_layer
 from gruc.runtime.blas import library_name
@@ -106,19 +106,9 @@ def register(commands) -> None:
                                  description=__doc__.splitlines()[0])
     add_layer_flags(parser)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
-    parser.add_argument("--profile", metavar="DIR",
+    parser.add_argument("--profile", metavar="DIR", type=output_directory,
                         help="write report.json, report.html and trace.json here")
     parser.set_defaults(run=run)
-
-
-def _profile_directory(path: str) -> None:
-    """``--profile``'s directory, made (or found) before the layer is built: a bad one is told
-    in a moment, not after the run."""
-    if not path:
-        raise GrucValueError("--profile needs a directory, got ''")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise GrucValueError(f"--profile {path!r} is a file, not a directory")
-    os.makedirs(path, exist_ok=True)
 
 
 def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None
@@ -132,8 +122,6 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    if args.profile is not None:
-        _profile_directory(args.profile)
     print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
           f"H={config.output_size} {config.data_type} phase={config.phase}"
           + (" reset_after" if config.reset_after else "")
@@ -163,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
           + ("" if run_seconds is None else f"; run {run_seconds:.3f} s")
           + (f" (products: {library_name()})" if config.backend == "numba" else ""))
     if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
         engine.report.to_json(os.path.join(args.profile, "report.json"))
         write_text_atomically(os.path.join(args.profile, "report.html"),
                               html_report(engine, title="gruc gru"))

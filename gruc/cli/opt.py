@@ -30,8 +30,9 @@ STDIO = "-"
 
 
 def read_module(path: str) -> Module:
-    """The module in file ``path`` (``-``: stdin): JSON if the text parses as JSON, else text IR.
-    Parse errors name the file and the line and column."""
+    """The module in file ``path`` (``-``: stdin): JSON if the text parses as JSON (or starts as
+    an object does: a truncated file is broken JSON, not bad text IR), else text IR.  Parse
+    errors name the file and the line and column."""
     name = "<stdin>" if path == STDIO else path
     try:
         if path == STDIO:
@@ -45,7 +46,10 @@ def read_module(path: str) -> Module:
     try:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as error:
+            if text.lstrip().startswith("{"):  # meant as JSON (text IR starts with `module`)
+                raise GrucParseError(f"broken JSON module: {error.msg} at line {error.lineno}, "
+                                     f"column {error.colno}") from None
             return parse_module(text)
         return module_from_json(data)
     except GrucParseError as error:
@@ -59,6 +63,38 @@ def format_module(module: Module, fmt: str) -> str:
     if fmt == "dot":
         return dataflow_dot(module)
     return print_module(module)
+
+
+def output_file(path: str) -> str:
+    """argparse ``type`` of an output file flag (``-``: stdout): a path that cannot be written is
+    refused before any work, not after a layer has been built and run."""
+    if path == STDIO:
+        return path
+    if not path:
+        raise argparse.ArgumentTypeError("needs a file name (or - for stdout), got ''")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} names a directory, not a file")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        reason = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}: {parent!r} {reason}")
+    return path
+
+
+def output_directory(path: str) -> str:
+    """argparse ``type`` of an output directory flag: refused if it is a file or lies under one
+    (a directory that does not exist yet is made when something is written to it)."""
+    if not path:
+        raise argparse.ArgumentTypeError("needs a directory, got ''")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing == os.path.abspath(path) and not os.path.isdir(existing):
+        raise argparse.ArgumentTypeError(f"{path!r} is a file, not a directory")
+    if not os.path.isdir(existing):
+        raise argparse.ArgumentTypeError(f"{path!r} cannot be a directory: {existing!r} is a "
+                                         "file")
+    return path
 
 
 def write_output(text: str, path: str | None) -> None:
@@ -122,7 +158,8 @@ def register(commands) -> None:
     parser.add_argument("input", metavar="IN", nargs="?", default=STDIO,
                         help="text IR or JSON module; - for stdin (the default)")
     add_pipeline_flags(parser)
-    parser.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
+    parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
+                        help="output file (default: stdout)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default: text)")
     parser.set_defaults(run=run)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gruc.cli.gru import FLAGS, flag_help
+from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_layer,
                        plot_metrics, plot_tile_heatmap, run_sweep)
@@ -43,7 +44,7 @@ def register(commands) -> None:
     parser.add_argument("--pipeline", metavar="PIPELINE",
                         help="pass pipeline to compile with, as `gruc opt -p` (default: the "
                              "engine's; '' for none)")
-    parser.add_argument("--out", default="plan-results", metavar="DIR",
+    parser.add_argument("--out", default="plan-results", metavar="DIR", type=output_directory,
                         help="directory of rows.csv, rows.json and plots (default: plan-results)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="local worker processes for the configurations, or for find-max's "

@@ -12,7 +12,7 @@ import json
 import sys
 
 from gruc.cli.gru import add_layer_flags, config_from
-from gruc.cli.opt import STDIO, write_output
+from gruc.cli.opt import STDIO, output_file, write_output
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
 
@@ -21,7 +21,7 @@ def register(commands) -> None:
     parser = commands.add_parser("trace", help="run the GRU layer, write a Chrome trace",
                                  description=__doc__.splitlines()[0])
     add_layer_flags(parser)
-    parser.add_argument("-o", "--output", metavar="OUT", default="trace.json",
+    parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")
     parser.set_defaults(run=run)
 

@@ -13,9 +13,10 @@ over the program steps, the busiest tiles, the program tree and the per-step cyc
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gruc.cli.gru import FLAGS, add_layer_flags, compiled_only, config_from
-from gruc.cli.opt import read_module, write_output
+from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.popnn.gru_layer import build_layer, run_layer
@@ -39,7 +40,7 @@ def register(commands) -> None:
     parser.add_argument("--compile-only", action="store_true",
                         help="plan and report; do not run (the layer's cycles are counted as "
                              "`gruc plan` counts them; a saved module's are not counted)")
-    parser.add_argument("-o", "--output", metavar="OUT",
+    parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
                         help="output file, - for stdout (default: report.html for html, stdout "
                              "for dot)")
     parser.set_defaults(run=run)
@@ -91,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
         status.show("drawing the report ...")
         page = html_report(engine, title)
     write_output(page, output)
-    if output != "-":
-        print(f"report            {output} ({len(page) / 1024:.1f} KiB)")
-        if not passed:
-            print("check             FAILED against the float64 reference")
+    # with the page on stdout, the summary goes to stderr so the HTML stays clean
+    out = sys.stderr if output == STDIO else sys.stdout
+    print(f"report            {output} ({len(page) / 1024:.1f} KiB)", file=out)
+    if not passed:
+        print("check             FAILED against the float64 reference", file=out)
     return 0 if passed else 1

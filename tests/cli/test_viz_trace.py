@@ -190,6 +190,13 @@ def test_trace_to_stdout_keeps_the_summary_on_stderr(capsys):
     _check_trace(json.loads(out))
 
 
+def test_viz_to_stdout_keeps_the_summary_and_a_failed_check_on_stderr(capsys):
+    code, out, err = gruc(["viz", *SMALL, "-o", "-", "--rel-tolerance", "0", "--abs-tolerance",
+                           "0"], capsys)
+    assert code == 1 and out.lstrip().lower().startswith("<!doctype html")
+    assert "report            -" in err and "check             FAILED" in err
+
+
 def test_trace_of_an_ipu2_stays_small(tmp_path, capsys):
     code, out, _ = gruc(["trace", *SIZES, "--backend", "numpy", "-o", str(tmp_path / "t.json")],
                         capsys)

@@ -675,6 +675,7 @@ def bad_files(tmp_path):
     (tmp_path / "bad.json").write_text('{"format": "x"}')
     (tmp_path / "binary.ir").write_bytes(b"\xff\xfe\x00garbage")
     (tmp_path / "a-file").write_text("")
+    (tmp_path / "cut.json").write_text('{"format": "gruc-module", "tar')
     return tmp_path
 
 
@@ -703,6 +704,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, text, capsys, tmp_path, monk
 FILE_CASES = [
     (["opt", "{d}/bad.ir"], "'garbage'"),
     (["opt", "{d}/bad.json"], "gruc-module"),
+    (["opt", "{d}/cut.json"], "broken JSON module: Unterminated string"),
     (["opt", "{d}/binary.ir"], "binary.ir"),
     (["opt", "{d}"], "{d}"),
     (["opt", "{d}/bad.ir", "-p", "nope"], "bad.ir"),
@@ -710,7 +712,14 @@ FILE_CASES = [
     (["dump", *LAYER, "-o", "{d}/a-file/out.ir"], "a-file"),
     (["gru", *LAYER, "--compile-only", "--profile", "{d}/a-file/profile"], "a-file"),
     (["gru", *LAYER, "--profile", "{d}/a-file"], "is a file, not a directory"),
-    (["gru", *LAYER, "--profile", ""], "--profile needs a directory"),
+    (["gru", *LAYER, "--profile", ""], "--profile: needs a directory"),
+    (["plan", *LAYER, "--out", ""], "--out: needs a directory"),
+    (["plan", *LAYER, "--out", "{d}/a-file/rows"], "a-file' is a file"),
+    (["viz", *LAYER, "-o", ""], "needs a file name"),
+    (["viz", *LAYER, "-o", "{d}/a-file/x.html"], "a-file' is not a directory"),
+    (["dump", *LAYER, "-o", ""], "needs a file name"),
+    (["trace", *LAYER, "-o", ""], "needs a file name"),
+    (["gru", *LAYER, "--shards", "100", "--profile", "{d}/not-made"], "numShards"),
     (["trace", *LAYER, "-o", "{d}"], "names a directory"),
     (["trace", *LAYER, "-o", "{d}/"], "names a directory"),
 ]
@@ -719,7 +728,9 @@ FILE_CASES = [
 @pytest.mark.parametrize("argv, text", FILE_CASES, ids=[" ".join(a) for a, _ in FILE_CASES])
 def test_cli_bad_files_are_one_line_and_exit_2(argv, text, bad_files, capsys):
     argv = [part.format(d=bad_files) for part in argv]
+    before = sorted(p.name for p in bad_files.iterdir())
     check_one_line_error(*run_cli(argv, capsys), text.format(d=bad_files))
+    assert sorted(p.name for p in bad_files.iterdir()) == before   # nothing left behind
 
 
 def test_numpy_integers_are_integers_for_repeat_counts_and_layer_sizes():
