@@ -58,7 +58,8 @@ def register(commands) -> None:
     parser.add_argument("--plots", action="store_true",
                         help="write PNG plots to DIR/plots (metrics per swept flag, tile heatmap)")
     parser.add_argument("--heatmap", type=int, metavar="INDEX",
-                        help="configuration (0-based, grid order) of the tile heatmap (default: "
+                        help="configuration (0-based, in grid order: the swept flags as this "
+                             "help lists them, the last fastest) of the tile heatmap (default: "
                              "the largest max tile memory; with --find-max, the first overflow)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: only on a terminal)")
@@ -133,14 +134,26 @@ def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) ->
     print(f"rows              {out / 'rows.csv'}, {out / 'rows.json'}")
     if args.plots:
         probed = [row for result in results for row in result.probes]
-        for path in plot_metrics(probed, (*spec.parameters, flag), out / "plots"):
-            print(f"plot              {path}")
-        chosen = next((r for r in probed if not r["fits"] and not r.get("error")), None)
-        if args.heatmap is not None or chosen is None:
-            chosen = _choose(probed, args.heatmap)
-        if chosen is not None:
-            _heatmap(chosen, out)
+        first_overflow = next((r for r in probed if not r["fits"] and not r.get("error")), None)
+        _plots(probed, (*spec.parameters, flag), out, args.heatmap, first_overflow)
     return 0
+
+
+def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
+           index: int | None, preferred: dict[str, Any] | None = None) -> None:
+    """The metric plots of ``rows`` and the tile heatmap of row ``index`` (default:
+    ``preferred``, else the row with the most memory on a tile)."""
+    paths = plot_metrics(rows, parameters, out / "plots")
+    if not paths:
+        print("plots             none: gruc refused every configuration")
+        return
+    for path in paths:
+        print(f"plot              {path}")
+    chosen = preferred if index is None and preferred is not None else _choose(rows, index)
+    if chosen is not None and chosen.get("error"):
+        print(f"heatmap           none: configuration {index} was refused ({chosen['error']})")
+    elif chosen is not None:
+        _heatmap(chosen, out)
 
 
 def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
@@ -179,9 +192,5 @@ def _study(args: argparse.Namespace) -> int:
               "configurations per minute")
     print(f"rows              {result.store.csv_path}, {result.store.json_path}")
     if args.plots:
-        for path in plot_metrics(result.rows, spec.parameters, out / "plots"):
-            print(f"plot              {path}")
-        chosen = _choose(result.rows, args.heatmap)
-        if chosen is not None:
-            _heatmap(chosen, out)
+        _plots(result.rows, spec.parameters, out, args.heatmap)
     return 0

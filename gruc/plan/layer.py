@@ -43,7 +43,7 @@ PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance")
 """Layer flags that change how a layer runs or is checked, never its plan."""
 
 ROW_COLUMNS = (
-    "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_memory", "shards_chosen",
+    "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_capacity", "shards_chosen",
     "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
     "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
     "not_always_live_max_bytes", "exchange_bytes", "cycles_compute", "cycles_exchange",
@@ -51,8 +51,9 @@ ROW_COLUMNS = (
     "error",
 )
 """Columns of a sweep row after the swept parameters; ``config`` (the canonical JSON of the
-layer's flags and the pipeline) is the row's key.  Totals are over all tiles; ``*_seconds`` are
-host times."""
+layer's flags and the pipeline) is the row's key.  Totals are over all tiles; ``bytes_per_tile``
+and ``total_capacity`` are the target's memory (per tile, all tiles), not what the layer uses;
+``*_seconds`` are host times."""
 
 TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 """Columns that vary from one computation of a row to the next."""
@@ -158,7 +159,7 @@ def _row(config: GruLayerConfig, pipeline: str | None, swept: Sequence[str], tar
     row = parameter_values(config, swept)
     row.update({"config": config_key(config, pipeline), "pipeline": effective_pipeline(pipeline),
                 "target": target.name, "tiles": target.num_tiles,
-                "bytes_per_tile": target.bytes_per_tile, "total_memory": target.total_memory})
+                "bytes_per_tile": target.bytes_per_tile, "total_capacity": target.total_memory})
     for column in ROW_COLUMNS[6:]:
         row[column] = values.get(column)
     row["gruc_version"] = gruc.__version__

@@ -26,7 +26,8 @@ from gruc.runtime.report import atomic_file
 
 PANELS = (
     ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
-    ("total_bytes", "always-live + not-always-live peak (B)", "total_memory", "total memory"),
+    ("total_bytes", "always-live + not-always-live peak (B)", "total_capacity",
+     "total capacity"),
     ("exchange_bytes", "exchange (B)", None, None),
     ("cycles_compute", "compute cycles", None, None),
     ("cycles_exchange", "exchange cycles", None, None),
@@ -46,6 +47,22 @@ def _figure(width: float, height: float):
     return figure
 
 
+MAX_LEGEND_ENTRIES = 40
+"""More lines than this get no legend: it would take more room than the panels."""
+
+
+def _colours(count: int) -> list:
+    """A distinct colour per line: matplotlib's 10-colour cycle repeats after ten, so more lines
+    take evenly spaced colours of a continuous map instead."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [colormaps["tab10"](k) for k in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](k) for k in range(count)]
+    return [colormaps["viridis"](k / (count - 1)) for k in range(count)]
+
+
 def _label(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
@@ -62,8 +79,12 @@ def _is_number(value: Any) -> bool:
 
 def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
                  directory: str | os.PathLike) -> list[Path]:
-    """Write ``metrics-<flag>.png`` for each swept flag; rows with an error are left out."""
+    """Write ``metrics-<flag>.png`` for each swept flag; rows with an error are left out (none
+    left: no plots).  Each combination of the other flags is a line of its own colour, named in
+    a legend under the panels."""
     rows = [r for r in rows if not r.get("error")]
+    if not rows:
+        return []
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -77,14 +98,16 @@ def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
             series.setdefault(name, []).append(row)
         figure = _figure(12, 10)
         axes = figure.subplots(3, 2).ravel()
+        colours = _colours(len(series))
         for ax, (metric, label, capacity, capacity_label) in zip(axes, PANELS):
-            for name, members in series.items():
+            for (name, members), colour in zip(series.items(), colours):
                 members = sorted(members, key=lambda r: r[parameter] if numeric
                                  else values.index(_label(r[parameter])))
                 xs = ([r[parameter] for r in members] if numeric
                       else [values.index(_label(r[parameter])) for r in members])
-                ax.plot(xs, [_metric(r, metric) for r in members], marker="o", label=name)
-            if capacity is not None and rows:
+                ax.plot(xs, [_metric(r, metric) for r in members], marker="o", label=name,
+                        color=colour)
+            if capacity is not None:
                 ax.axhline(rows[0][capacity], color="red", linestyle="--", label=capacity_label)
                 ax.set_yscale("log")  # the data stay visible however far below capacity
             if not numeric:
@@ -92,8 +115,10 @@ def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
             ax.set_xlabel(parameter)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-        if len(series) <= 16:  # beyond that a legend hides the lines
-            axes[0].legend(fontsize="small")
+        if len(series) <= MAX_LEGEND_ENTRIES:
+            handles, labels = axes[0].get_legend_handles_labels()
+            figure.legend(handles, labels, loc="outside lower center", fontsize="small",
+                          ncols=min(4, len(labels)))
         figure.suptitle(f"GRU layer plan: metrics against {parameter}")
         written.append(_save(figure, directory / f"metrics-{parameter}.png"))
     return written

@@ -220,7 +220,7 @@ class Report:
             "memory": {
                 "fits": self.fits,
                 "bytes_per_tile": self.target.bytes_per_tile,
-                "total_memory": self.target.total_memory,
+                "total_capacity": self.target.total_memory,
                 "always_live_bytes_by_tile": self.always_live_bytes.tolist(),
                 "not_always_live_max_bytes_by_tile": self.not_always_live_max_bytes.tolist(),
                 "total_including_gaps_by_tile": self.total_bytes.tolist(),

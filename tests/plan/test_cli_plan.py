@@ -66,3 +66,22 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path):
     for word in words:
         assert word in err
     assert not list(tmp_path.iterdir()), "refused before anything is planned or written"
+
+
+def test_plots_of_refused_configurations_are_skipped_with_a_note(tmp_path, capsys):
+    argv = ["plan", *SMALL, "--shards", "4,5", "--out", str(tmp_path), "--plots"]
+    assert main(argv) == 0   # more shards than the 3 steps: both are refused
+    assert "plots             none: gruc refused every configuration" in capsys.readouterr().out
+    assert not (tmp_path / "plots").exists()
+    argv = ["plan", *SMALL, "--shards", "1,4", "--out", str(tmp_path / "one"), "--plots",
+            "--heatmap", "1"]
+    assert main(argv) == 0
+    assert "heatmap           none: configuration 1 was refused" in capsys.readouterr().out
+    assert not (tmp_path / "one" / "plots" / "tile-heatmap.png").exists()
+
+
+@pytest.mark.parametrize("count", [3, 12, 25])
+def test_every_line_of_a_metrics_plot_has_its_own_colour(count):
+    from gruc.plan.plots import _colours
+
+    assert len(set(_colours(count))) == count
