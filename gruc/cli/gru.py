@@ -12,6 +12,7 @@ import os
 import time
 
 from gruc.cli.opt import output_directory
+from gruc.errors import GrucValueError
 from gruc.plan.layer import layer_step_counts
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, run_layer
 from gruc.runtime.blas import library_name
@@ -96,9 +97,16 @@ def add_layer_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> GruLayerConfig:
+    """The layer the flags describe; a bad value is named by its flag, as it was typed."""
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS
              if getattr(args, field) is not None}
-    return GruLayerConfig(**given)
+    try:
+        return GruLayerConfig(**given)
+    except GrucValueError as error:
+        message = str(error)
+        for flag, field, _, _ in FLAGS:
+            message = message.replace(f"GruLayerConfig.{field} = ", f"{flag} ")
+        raise type(error)(message) from None
 
 
 def register(commands) -> None:

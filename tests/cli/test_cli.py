@@ -60,8 +60,8 @@ def test_gru_compile_only_and_profile(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["gru", "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
-    (["gru", "--batch-size", "-1"], ["batch_size = -1", "greater than or equal to 1"]),
-    (["gru", "--output-size", "0"], ["output_size = 0"]),
+    (["gru", "--batch-size", "-1"], ["--batch-size -1:", "greater than or equal to 1"]),
+    (["gru", "--output-size", "0"], ["--output-size 0:"]),
     (["gru", "--cell-order", "reset,bogus,update"], ["bogus", "allowed gate names"]),
     (["gru", "--cell-order", "reset,reset,update"], ["not a permutation"]),
     (["gru", "--reset-after", "maybe"], ["maybe", "not a boolean"]),

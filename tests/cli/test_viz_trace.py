@@ -226,8 +226,8 @@ def test_status_line_draws_only_when_enabled():
     (["viz", "--input", "m.gruc", "--batch-size", "3"], ["--input", "--batch-size"]),
     (["viz", "--input", "/no/such.gruc"], ["cannot read /no/such.gruc"]),
     (["viz", *SMALL, "--format", "svg"], ["invalid choice", "svg"]),
-    (["viz", *SMALL, "--output-size", "0"], ["output_size = 0"]),
-    (["trace", *SMALL, "--batch-size", "-2"], ["batch_size = -2"]),
+    (["viz", *SMALL, "--output-size", "0"], ["--output-size 0:"]),
+    (["trace", *SMALL, "--batch-size", "-2"], ["--batch-size -2:"]),
     (["trace", *SMALL, "--phase", "sideways"], ["phase", "sideways"]),
     (["trace", *SMALL, "-o", "/proc/no/such/dir/t.json"], ["cannot write"]),
 ])

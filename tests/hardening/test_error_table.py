@@ -626,8 +626,8 @@ LAYER = ["--sequence-size", "2", "--input-size", "4", "--output-size", "4", "--b
          "--tiles-per-ipu", "16", "--backend", "numpy"]
 
 CLI_CASES = [
-    (["gru", "--sequence-size", "0"], "sequence_size = 0"),
-    (["gru", "--sequence-size", "-3"], "sequence_size = -3"),
+    (["gru", "--sequence-size", "0"], "--sequence-size 0:"),
+    (["gru", "--sequence-size", "-3"], "--sequence-size -3:"),
     (["gru", "--sequence-size", "abc"], "'abc'"),
     (["gru", "--data-type", "int"], "'int'"),
     (["gru", "--data-type", "float64"], "'float64'"),
@@ -635,7 +635,7 @@ CLI_CASES = [
     (["gru", "--cell-order", "a,b"], "'a'"),
     (["gru", "--activation", "nope"], "'nope'"),
     (["gru", "--partials-type", "int"], "'int'"),
-    (["gru", "--tiles-per-ipu", "0"], "tiles_per_ipu = 0"),
+    (["gru", "--tiles-per-ipu", "0"], "--tiles-per-ipu 0:"),
     (["gru", "--tiles-per-ipu", "99999"], "99999"),
     (["gru", "--ipus", "99"], "99"),
     (["gru", *LAYER, "--shards", "1000"], "1000"),
@@ -645,9 +645,9 @@ CLI_CASES = [
     (["gru", "--reset-after", "maybe"], "'maybe'"),
     (["gru", "--available-memory-proportion", "-1"], "-1"),
     (["gru", "--available-memory-proportion", "nan"], "nan"),
-    (["gru", "--abs-tolerance", "inf"], "abs_tolerance = inf"),
-    (["gru", "--seed", "-1"], "seed = -1"),
-    (["trace", "--seed", "-1"], "seed = -1"),
+    (["gru", "--abs-tolerance", "inf"], "--abs-tolerance inf:"),
+    (["gru", "--seed", "-1"], "--seed -1:"),
+    (["trace", "--seed", "-1"], "--seed -1:"),
     (["plan", "--available-memory-proportion", "0:inf"], "'0:inf'"),
     (["plan", "--find-max", "batch-size", "--batch-size", "0"], "batch_size = 0"),
     (["gru", "--bogus"], "--bogus"),
