@@ -150,11 +150,13 @@ def _heuristic(module: Module, shard: np.ndarray, max_shards: int) -> int:
 
 
 def _current(graph: Graph, loops: list[TimeLoop]) -> int:
-    """How many shards the loops are split into already (1 if every loop sees whole tensors)."""
+    """How many shards the loops are split into already (1 if every loop sees whole tensors).
+    A variable one shard's loop sees whole (a per-shard buffer, as the backward pass's previous
+    outputs) says nothing about the count; the ranges of the variables cut between loops do."""
     ranges: dict[int, set[tuple[int, int]]] = defaultdict(set)
     for loop in loops:
-        if loop.partial(graph):
-            for v, (ids, _) in loop.rows.items():
+        for v, (ids, _) in loop.rows.items():
+            if len(np.unique(ids)) != graph.variables[v].num_elements:
                 ranges[v].add((int(ids.min()), int(ids.max())))
     counts = {len(r) for r in ranges.values()}
     expect(len(counts) <= 1, GrucProgramError,

@@ -49,11 +49,6 @@ class TimeLoop:
     def steps(self) -> int:
         return self.loop.count
 
-    def partial(self, graph: Graph) -> bool:
-        """Do the bases view only some rows of a variable (the loop is one shard already)?"""
-        return any(len(np.unique(ids)) != graph.variables[v].num_elements
-                   for v, (ids, _) in self.rows.items())
-
 
 def _scalar(tensor) -> int | None:
     """The value of a one-element view of a constant, else None."""
@@ -110,9 +105,9 @@ def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> Tim
             ids = base.flat_ids()
             row = np.repeat(np.arange(base.dim(0)), base.dim(1))
             owner = graph.variable_of_id(ids)
-            for variable in base.variables():
-                rows[variable.index][0].append(ids[owner == variable.index])
-                rows[variable.index][1].append(row[owner == variable.index])
+            for variable in np.unique(owner):  # a view's sources may include unviewed ones
+                rows[int(variable)][0].append(ids[owner == variable])
+                rows[int(variable)][1].append(row[owner == variable])
     sequences = set(rows)
     leaves = _leaves(loop.body)
     advances = [k for k, n in enumerate(leaves) if isinstance(n, Execute)

@@ -21,7 +21,7 @@ from gruc.ops.elementwise import map_in_place
 from gruc.ops.rnn import create_initial_state, create_input_tensor, create_output_tensor, rnn
 from gruc.ops.rnn_geometry import RnnParams, shard_time_bounds
 from gruc.passes.pipeline import run_pipeline
-from gruc.passes.shard import sequence_variables
+from gruc.passes.shard import sequence_variables, shard_count
 from gruc.passes.time_loops import find_time_loops
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import Engine
@@ -92,12 +92,16 @@ def test_pass_matches_the_builders_placement_and_leaves_the_callers_graph_alone(
                               built.graph.element_tiles(names[variable.name])), variable.name
 
 
-def test_already_sharded_module_is_kept_for_its_count_and_refused_otherwise():
-    layer = build_layer(GruLayerConfig(**LAYER, shards=3))
+@pytest.mark.parametrize("phase", ["fwd", "bwd", "all"])
+def test_already_sharded_module_is_kept_for_its_count_and_refused_otherwise(phase):
+    """The backward pass keeps per-shard buffers (the previous outputs) that one shard's loop
+    reads whole: they must not hide the count of the tensors cut between loops."""
+    layer = build_layer(GruLayerConfig(**LAYER, shards=3, phase=phase))
     module = Module(layer.graph, layer.programs)
     for pipeline in ("shard{num-shards=3}", "shard"):
         kept = run_pipeline(module, pipeline, verify_each=True).module
         assert kept.programs == module.programs and kept.graph is layer.graph
+    assert shard_count(module) == 3
     with pytest.raises(GrucError, match=r"pass 'shard'.*already split into 3 shards"):
         run_pipeline(module, "shard{num-shards=5}")
 
