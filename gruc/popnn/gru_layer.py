@@ -22,7 +22,7 @@ from gruc.ir.heap import deferred_full_collections
 from gruc.ir.program import Sequence
 from gruc.ir.tensor import Tensor
 from gruc.popnn import gru, gru_reference
-from gruc.popnn.gru_params import Activation, GruParams
+from gruc.popnn.gru_params import GruParams, parse_activation
 from gruc.runtime.engine import Engine
 from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, Target
 from gruc.types import UNSIGNED_INT, dtype_of
@@ -99,9 +99,7 @@ class GruLayerConfig(GrucModel):
     @field_validator("activation", "recurrent_activation")
     @classmethod
     def _activation(cls, value: str) -> str:
-        allowed = [a.value for a in Activation]
-        if value.lower().replace("-", "_") not in allowed:
-            raise ValueError(f"unknown activation {value!r}; allowed: {', '.join(allowed)}")
+        parse_activation(value)
         return value
 
     @model_validator(mode="after")

@@ -52,6 +52,18 @@ class Activation(str, Enum):
     SOFTMAX = "softmax"
 
 
+def parse_activation(value: Any) -> Activation:
+    """An activation by name (any case, ``-`` for ``_``); a ValueError listing the allowed ones."""
+    name = str(getattr(value, "value", value)).lower().replace("-", "_")
+    try:
+        return Activation(name)
+    except ValueError:
+        allowed = ", ".join(a.value for a in Activation)
+        why = (" (gelu is the float64 reference's only: the device layer saves activation "
+               "outputs, and gelu's gradient needs its input)" if name == "gelu" else "")
+        raise ValueError(f"unknown activation {value!r}; allowed: {allowed}{why}") from None
+
+
 class GruParams(GrucModel):
     """The shape and variant of one GRU layer."""
 
@@ -96,12 +108,7 @@ class GruParams(GrucModel):
     @field_validator("activation", "recurrent_activation", mode="before")
     @classmethod
     def _activation(cls, value: Any) -> Activation:
-        name = str(getattr(value, "value", value)).lower().replace("-", "_")
-        try:
-            return Activation(name)
-        except ValueError:
-            allowed = ", ".join(a.value for a in Activation)
-            raise ValueError(f"unknown activation {value!r}; allowed: {allowed}") from None
+        return parse_activation(value)
 
     @model_validator(mode="after")
     def _lengths(self) -> "GruParams":
