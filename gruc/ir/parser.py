@@ -371,18 +371,30 @@ class _Parser:
             bounds = self.comma_list("]", bound)
             args = {"begin": [b for b, _ in bounds], "end": [e for _, e in bounds]}
         else:
-            for f in dataclass_fields(cls):
-                self.punct(f.name, f"'{f.name}='")
-                self.punct("=", "'='")
-                if is_tuple_field(f):
-                    self.punct("[", "'['")
-                    args[f.name] = self.comma_list("]", self.int_)
-                else:
-                    args[f.name] = self.int_()
+            self.view_arguments(cls, args)
         self.punct(":", "':' and the view's type")
         dtype, shape = self.type_()
         with self.at(k):
             self.builder.view(name, keyword, sources, args, dtype, shape)
+
+    def view_arguments(self, cls: type, args: dict[str, Any]) -> None:
+        """``name=value`` for every field of the view op ``cls``, in any order, each once."""
+        fields = {f.name: f for f in dataclass_fields(cls)}
+        while len(args) < len(fields):
+            missing = [name for name in fields if name not in args]
+            expected = " or ".join(f"'{name}='" for name in missing)
+            at = self.pos
+            name = self.take("ident", expected)
+            if name in args:
+                self.fail_at(self.offsets[at], f"{name} is given twice")
+            if name not in fields:
+                self.fail(expected, at)
+            self.punct("=", "'='")
+            if is_tuple_field(fields[name]):
+                self.punct("[", "'['")
+                args[name] = self.comma_list("]", self.int_)
+            else:
+                args[name] = self.int_()
 
     # ---- compute sets ------------------------------------------------------------------------
     def compute_set(self) -> None:

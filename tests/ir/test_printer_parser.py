@@ -341,12 +341,15 @@ def test_parser_accepts_free_layout_comments_and_non_canonical_groups():
     """.replace("%c_s", "%y")
     with pytest.raises(GrucParseError, match=r"line 8, column 10: %y is not defined"):
         parse_module(text)
-    text = text.replace("program 0", "%y = slice %c [0:1] : i32[1]\nprogram 0")
+    text = text.replace("program 0", "%y = slice %c [0:1] : i32[1]\n"
+                        "%z = subsample %x dim=1 stride=2 : f32[2,2]\nprogram 0 { copy %z -> %z }"
+                        "\nprogram 1")
     module = parse_module(text)
     printed = print_module(module)
     assert '%x = var f32[2,3] "x" map=[0:2 x 3]' in printed
     assert '%c = const i32[4] "c" map=[3:1:-1 x 2] values=[1 x 2, 2 x 2]' in printed
     assert "%c_1 = slice %c [0:1] : i32[1]" in printed and "  if %c_1 sync else {}" in printed
+    assert "%x_1 = subsample %x stride=2 dim=1 : f32[2,2]" in printed  # arguments in any order
     assert print_module(parse_module(printed)) == printed
 
 
@@ -450,6 +453,12 @@ BAD_INPUTS = [
     ('module target()\n%x = var f32[1] "x" map=[0 x 1]\ncs @c {\n  Map(out=%x, ins=[%x]) '
      'expr=add(_1, _77)\n}', r"line 4, column 38: placeholder index 77"),
     ('module target() $', r"line 1, column 17: unexpected character '\$'"),
+    ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x dim=0 dim=0 : f32[2]',
+     r"line 3, column 25: dim is given twice"),
+    ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x dim=0 : f32[2]',
+     r"line 3, column 25: expected 'stride=', found ':'"),
+    ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x step=2 : f32[2]',
+     r"line 3, column 19: expected 'stride=' or 'dim=', found 'step'"),
 ]
 
 
