@@ -56,7 +56,7 @@ def to_text(expr: Expr) -> str:
 _SPACE = re.compile(r"\s*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER = re.compile(r"_([0-9]+)")
-_LITERAL = re.compile(r"true|false|-?inf|nan|-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERAL = re.compile(r"true|false|-?inf|nan|-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")  # the module's FLOAT
 
 
 class _Parser:

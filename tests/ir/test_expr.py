@@ -571,6 +571,8 @@ def test_text_examples():
     assert parse_expr("cast(_1, f16)") == cast(_1, HALF)
     assert parse_expr("const(true:bool)") == Const(True, BOOL)
     assert parse_expr("const(1e+16)") == Const(1e16) and parse_expr("const(-0.0)") == Const(-0.0)
+    # the module text's float forms: a trailing point is a float there and here
+    assert parse_expr("const(1.:f32)") == Const(1.0, FLOAT) and parse_expr("const(2.e3)") == Const(2e3)
     assert to_json(_1 * 2.0) == {"op": "mul", "args": [{"op": "placeholder", "index": 1},
                                                         {"op": "const", "value": 2.0}]}
 
