@@ -80,7 +80,11 @@ def _make_pass(name: str, options_text: str | None) -> Pass:
     cls = registry[name]
     fields = _field_types(cls)
     kwargs: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in (options_text or "").split(","))):
+    items = [part.strip() for part in options_text.split(",")] if options_text else []
+    if items and not all(items):
+        raise GrucParseError(f"pass {name!r}: empty option in {{{options_text}}}; write "
+                             "key=value items separated by single commas")
+    for item in items:
         if "=" not in item:
             raise GrucParseError(f"pass {name!r}: option {item!r} must be written key=value")
         key, value = item.split("=", 1)
@@ -88,6 +92,8 @@ def _make_pass(name: str, options_text: str | None) -> Pass:
         if attribute not in fields:
             valid = ", ".join(k.replace("_", "-") for k in fields) or "none"
             raise GrucOptionError(f"pass {name!r} has no option {key.strip()!r}; options: {valid}")
+        if attribute in kwargs:
+            raise GrucOptionError(f"pass {name!r}: option {key.strip()!r} is given twice")
         kwargs[attribute] = _parse_value(value, fields[attribute], f"pass {name!r} option {key.strip()!r}")
     try:
         return cls(**kwargs)
@@ -108,6 +114,9 @@ def parse_pipeline(text: str) -> list[Pass]:
                                  "pass-name or pass-name{key=value,...}")
         passes.append(_make_pass(match.group(1), match.group(2)))
         at = match.end()
+    if text.endswith(","):
+        raise GrucParseError(f"cannot parse pipeline {text!r} at column {len(text) + 1}: "
+                             "expected a pass name after the last ','")
     return passes
 
 

@@ -10,6 +10,8 @@ from gruc.passes.plan_memory import PlanMemory
 def test_parse_and_format_round_trip():
     for text in ["plan-memory", "plan-memory{strict=true}", "plan-memory,plan-memory{strict=true}", ""]:
         assert format_pipeline(parse_pipeline(text)) == text
+    assert format_pipeline(parse_pipeline("plan-memory{}")) == "plan-memory"
+    assert format_pipeline(parse_pipeline(" dce , dce ")) == "dce,dce"
     assert parse_pipeline(" plan-memory { strict = yes } ") == [PlanMemory(strict=True)]
 
 
@@ -19,6 +21,10 @@ def test_parse_and_format_round_trip():
     ("plan-memory{strict=maybe}", GrucOptionError, ["maybe", "bool"]),
     ("plan-memory{strict}", GrucParseError, ["key=value"]),
     ("plan-memory}", GrucParseError, ["column"]),
+    ("plan-memory,", GrucParseError, ["column 13", "a pass name after the last ','"]),
+    ("plan-memory{strict=true,strict=false}", GrucOptionError, ["'strict' is given twice"]),
+    ("plan-memory{strict=true,}", GrucParseError, ["empty option in {strict=true,}"]),
+    ("plan-memory{,}", GrucParseError, ["empty option"]),
 ])
 def test_bad_pipelines_name_the_problem(text, error, words):
     with pytest.raises(error) as info:
