@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
@@ -103,10 +104,20 @@ def config_from(args: argparse.Namespace) -> GruLayerConfig:
     try:
         return GruLayerConfig(**given)
     except GrucValueError as error:
-        message = str(error)
+        message = str(error).removeprefix("GruLayerConfig: ")  # a rule across flags
         for flag, field, _, _ in FLAGS:
+            if field in given:
+                message = message.replace(f"GruLayerConfig.{field} = {given[field]!r}",
+                                          f"{flag} {_as_typed(given[field])}")
             message = message.replace(f"GruLayerConfig.{field} = ", f"{flag} ")
         raise type(error)(message) from None
+
+
+def _as_typed(value: Any) -> str:
+    """A parsed flag value as it is typed: ``a,b`` for a list, ``0``/``1`` for a switch."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 def register(commands) -> None:

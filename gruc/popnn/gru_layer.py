@@ -112,7 +112,8 @@ class GruLayerConfig(GrucModel):
                                  f"1 or batch-size ({self.batch_size}) lengths")
             bad = [n for n in self.variable_time_steps if not 1 <= n <= self.sequence_size]
             if bad:
-                raise ValueError(f"lengths {bad} are outside 1..{self.sequence_size}")
+                raise ValueError(f"variable time steps {bad} are outside 1..sequence-size "
+                                 f"({self.sequence_size})")
         if self.with_real_time_steps and not self.output_all_sequence:
             raise ValueError("The outputFullSequence should be true if realTimeSteps given")
         return self

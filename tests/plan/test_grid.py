@@ -78,5 +78,6 @@ def test_spec_validation():
     with pytest.raises(GrucOptionError):
         SweepSpec(fixd={})
     spec = SweepSpec(fixed={"variable_time_steps": (5,)}, swept={"sequence_size": (8, 3)})
-    with pytest.raises(GrucValueError, match="configuration sequence_size=3: .*outside 1..3"):
+    with pytest.raises(GrucValueError,
+                       match=r"configuration sequence_size=3: .*outside 1..sequence-size \(3\)"):
         spec.configs()
