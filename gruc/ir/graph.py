@@ -24,7 +24,7 @@ from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucT
 from gruc.ir.layout import Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
-from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int
+from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int, require_writable
 from gruc.ir.tile_table import TileTable, repeats_its_rows
 from gruc.ir.vertices import Direction, VertexKind, vertex_kind
 from gruc.target import Target
@@ -119,6 +119,22 @@ def to_storage(values: np.ndarray, dtype: DType, what: str) -> np.ndarray:
         bad = values.reshape(-1)[int(np.argmin(exact.reshape(-1)))]
         raise GrucValueError(f"{what}: value {bad.item()!r} is not representable as {dtype.name}")
     return stored
+
+
+def _require_one_tile_per_element(view: Tensor, ids: np.ndarray, tiles: np.ndarray) -> None:
+    """A view naming an element twice (a broadcast) may map it only to one tile."""
+    order = np.argsort(ids, kind="stable")
+    same = ids[order][1:] == ids[order][:-1]
+    clash = same & (tiles[order][1:] != tiles[order][:-1])
+    if clash.any():
+        at = int(np.flatnonzero(clash)[0])
+        element = int(ids[order][at])
+        variable = next(v for v in view.variables()
+                        if v.first_id <= element < v.first_id + v.num_elements)
+        raise GrucMappingError(f"set_tile_mapping maps element {element - variable.first_id} of "
+                               f"{variable.name!r} to tiles {int(tiles[order][at])} and "
+                               f"{int(tiles[order][at + 1])}: the view holds it more than once, "
+                               "and an element lives on one tile")
 
 
 class Graph:
@@ -286,8 +302,10 @@ class Graph:
         else:
             self._before_write(tensor, whole)
             if start is None:
-                self._table.array[tensor.flat_ids()] = \
-                    np.broadcast_to(tiles, tensor.shape).reshape(-1)
+                ids, flat = tensor.flat_ids(), np.broadcast_to(tiles, tensor.shape).reshape(-1)
+                if not isinstance(tiles, int) and tensor.has_repeats():
+                    _require_one_tile_per_element(tensor, ids, flat)
+                self._table.array[ids] = flat
             else:  # broadcast straight into the table
                 self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] \
                     = tiles
@@ -534,10 +552,7 @@ class Graph:
         expect(name not in table, GrucValueError, f"{what} {name!r} already exists")
         owned = self._own(tensor)
         if table is self.host_writes:
-            constant = next((v.name for v in owned.variables() if v.is_constant), None)
-            expect(constant is None, GrucValueError,
-                   f"host write {name!r} would write into constant {constant!r}; host writes "
-                   "need variables")
+            require_writable(owned, f"host write {name!r}")
         table[name] = owned
 
     def __repr__(self) -> str:

@@ -398,6 +398,19 @@ MAX_COMPARED_SLICES = 16
 """Concatenations of more slices than this are checked by their ids (pairs grow quadratically)."""
 
 
+def require_writable(tensor: Tensor, what: str) -> None:
+    """Refuse ``what`` writing ``tensor`` when no write could mean one thing: a constant (programs
+    may have been built on its value) or a view naming an element twice (a broadcast: which
+    write would win?).  Said at the call, not later by the verifier about an internal step."""
+    constant = next((v.name for v in tensor.variables() if v.is_constant), None)
+    expect(constant is None, GrucValueError,
+           f"{what} cannot write into constant {constant!r}; constants are read-only")
+    names = ", ".join(repr(v.name) for v in tensor.variables())
+    expect(not tensor.has_repeats(), GrucValueError,
+           f"{what} cannot write into a view that holds some elements more than once (a "
+           f"broadcast or overlapping view of {names}); write the underlying tensor")
+
+
 def share_elements(a: Tensor, b: Tensor) -> bool:
     """Do ``a`` and ``b`` share an element?  Decided from their variables or id ranges when they
     tell (most operand pairs are views of different variables, or single runs), from the element

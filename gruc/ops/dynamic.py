@@ -36,7 +36,7 @@ from gruc.ir.codelets.dynamic import OFFSET_TYPES
 from gruc.ir.graph import ComputeSet, Graph, check_op_args
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor, concat, share_elements
+from gruc.ir.tensor import Tensor, concat, require_writable, share_elements
 
 __all__ = ["dynamic_slice", "dynamic_update"]
 
@@ -180,8 +180,7 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
     for role, other in (("slice", s), ("offset", offset)):
         expect(not share_elements(t, other), GrucValueError,
                f"dynamic_update {role} shares elements with the updated tensor")
-    expect(not any(v.is_constant for v in t.variables()), GrucValueError,
-           "dynamic_update cannot write into a constant")
+    require_writable(t, "dynamic_update")
     home, whole = _column_tiles(graph, t, dims)
     target = t
     if not whole:

@@ -27,7 +27,7 @@ from gruc.ir import expr as ex
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor, share_elements
+from gruc.ir.tensor import Tensor, require_writable, share_elements
 from gruc.types import DType, dtype_of
 
 
@@ -54,29 +54,12 @@ def _check_number(value: object, what: str) -> None:
         raise GrucTypeError(f"{what} must be a number (bool, int or float), got {value!r}")
 
 
-def _check_writable(target: Tensor, what: str) -> None:
-    """An op that writes ``target`` in place refuses a constant: the verifier would only say a
-    Copy writes a constant, far from the call that asked for it."""
-    constants = [v.name for v in target.variables() if v.is_constant]
-    if constants:
-        raise GrucValueError(f"{what} cannot write into constant {constants[0]!r}; constants "
-                             "are read-only")
-
-
-def has_aliases(tensor: Tensor) -> bool:
-    """True if some element of the underlying variables appears twice in ``tensor``."""
-    if tensor.contiguous_start() is not None:
-        return False
-    ids = tensor.flat_ids()
-    return len(distinct(ids)) != len(ids)
-
-
 def create_output(graph: Graph, tensors: Sequence[Tensor], shape: tuple[int, ...], dtype: DType,
                   name: str) -> Tensor:
     """A new tensor for an elementwise result, mapped like the best full-shaped operand."""
     best, best_key = None, None
     for t in tensors:
-        if t.shape != shape or t.num_elements <= 1 or has_aliases(t):
+        if t.shape != shape or t.num_elements <= 1 or t.has_repeats():
             continue
         mapping = graph.get_tile_mapping(t)
         per_tile = mapping.elements_per_tile(graph.target.num_tiles)
@@ -95,7 +78,7 @@ def _fusable(expr: ex.Expr, tensors: Sequence[Tensor], shape: tuple[int, ...]) -
     """poplibs' rule for one generated codelet over the whole tree."""
     return (ex.num_ops(expr) > 1
             and all(t.shape == shape or t.num_elements == 1 for t in tensors)
-            and not any(has_aliases(t) for t in tensors))
+            and not any(t.has_repeats() for t in tensors))
 
 
 def _add_map_vertex(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out: Tensor,
@@ -171,6 +154,7 @@ def map_with_output(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], 
     expr = ex.as_expr(expr)
     tensors = list(tensors)
     shape = _check_operands(graph, expr, tensors + [out])
+    require_writable(out, "map_with_output")
     if shape != out.shape:
         raise GrucShapeError(f"map output has shape {list(out.shape)} but the operands broadcast "
                              f"to {list(shape)}")
@@ -191,7 +175,7 @@ def map_in_place(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], pro
         raise GrucValueError("map_in_place needs at least the tensor to update")
     target = tensors[0]
     shape = _check_operands(graph, expr, tensors)
-    _check_writable(target, "map_in_place")
+    require_writable(target, "map_in_place")
     if shape != target.shape:
         raise GrucShapeError(f"map_in_place target has shape {list(target.shape)} but the operands "
                              f"broadcast to {list(shape)}")
@@ -200,9 +184,8 @@ def map_in_place(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], pro
         raise GrucTypeError(f"expression {ex.to_text(expr)} gives "
                             f"{ex.result_dtype(expr, dtypes).name}, the updated tensor is "
                             f"{target.dtype.name}")
-    writable = not has_aliases(target) and not any(v.is_constant for v in target.variables())
     others_overlap = any(share_elements(target, t) for t in tensors[1:])
-    if writable and not others_overlap and (_fusable(expr, tensors, shape) or ex.num_ops(expr) <= 1):
+    if not others_overlap and (_fusable(expr, tensors, shape) or ex.num_ops(expr) <= 1):
         _add_map_vertex(graph, ex.bind_const_types(expr, dtypes), tensors, target, prog, name,
                         in_place=True)
         return
@@ -273,7 +256,7 @@ def fill(graph: Graph, t: Tensor, value: float | int | bool, prog: Seq, name: st
     check_op_args(graph, prog, "fill")
     _check_operands(graph, ex.Const(0), [t])
     _check_number(value, "fill value")
-    _check_writable(t, "fill")
+    require_writable(t, "fill")
     _add_map_vertex(graph, ex.Const(value if not t.dtype.is_float else float(value), t.dtype), [],
                     t, prog, name or "fill", in_place=False)
 

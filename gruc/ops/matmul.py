@@ -50,7 +50,7 @@ from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking, mac_cycles
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor, as_ints
+from gruc.ir.tensor import Tensor, as_ints, require_writable
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
 from gruc.validated import GrucModel
@@ -482,6 +482,7 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
     what = "mat_mul_acc"
     check_op_args(graph, prog, what)
     _check_tensor(what, "C", graph, c)
+    require_writable(c, what)
     plan = _prepare(what, graph, a, b, options, c.dtype)
     G, M, _, N = plan.shape
     if c.shape != ((G, M, N) if a.rank == 3 else (M, N)):

@@ -52,8 +52,8 @@ from gruc.ir.layout import Strided, contiguous_strides
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute
 from gruc.ir.program import Sequence as Seq
-from gruc.ir.tensor import Tensor, concat, share_elements
-from gruc.ops.elementwise import fill, has_aliases
+from gruc.ir.tensor import Tensor, concat, require_writable, share_elements
+from gruc.ops.elementwise import fill
 from gruc.types import DType, dtype_of
 
 __all__ = ["Operation", "operation_of", "reduce", "reduce_with_output"]
@@ -454,11 +454,7 @@ def reduce_with_output(graph: Graph, t: Tensor, out: Tensor, dims: Iterable[int]
         raise GrucShapeError(f"reduce output has shape {list(out.shape)}, but reducing shape "
                              f"{list(t.shape)} over dims {list(dims)} gives {list(expected)}")
     check_reduce_types(t.dtype, out.dtype, op, scale)
-    if has_aliases(out):
-        raise GrucValueError(f"reduce output {out!r} holds some elements more than once "
-                             "(a broadcast view); it cannot be written")
-    if any(v.is_constant for v in out.variables()):
-        raise GrucValueError(f"reduce output {out!r} is a constant; it cannot be written")
+    require_writable(out, "reduce_with_output")
     if share_elements(out, t):
         raise GrucValueError("reduce output overlaps its input; reduce into a separate tensor")
     _reduce_into(graph, t, out, dims, op, prog, bool(update), scale, name or "reduce",

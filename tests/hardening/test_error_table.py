@@ -33,7 +33,8 @@ from gruc.ir.expr import _1, _2, Const
 from gruc.ir.parser import parse_module
 from gruc.ir.serialize import module_from_json
 from gruc.ir.verify import verify
-from gruc.ops import (add, cast, dynamic_slice, fill, map, map_in_place, mat_mul, non_linearity,
+from gruc.ops import (add, cast, dynamic_slice, dynamic_update, fill, map, map_in_place,
+                      map_with_output, mat_mul, mat_mul_acc, non_linearity, non_linearity_in_place,
                       reduce, scaled_add_to, zero)
 from gruc.ops.rnn_geometry import get_max_shards
 from gruc.passes.pipeline import parse_pipeline
@@ -127,6 +128,12 @@ def copy_into_constant():
     g.set_tile_mapping(c, 0)
     g.create_host_write("x", x)
     engine(g, [Sequence(Copy(x, c))])
+
+
+def constant(g: Graph, shape=(4, 6)):
+    c = g.add_constant(FLOAT, shape, 1.0, "c")
+    g.set_tile_mapping(c, 0)
+    return c
 
 
 def host_write_into_constant():
@@ -533,6 +540,28 @@ BAD_INPUTS = [
     ("host-read-never-written", host_read_never_written, GrucProgramError, "'lonely'"),
     ("copy-into-constant", copy_into_constant, GrucVerifyError, "Copy writes into a constant"),
     ("host-write-into-constant", host_write_into_constant, GrucValueError, "constant 'c'"),
+    # every writer refuses a constant and a view naming an element twice, at the call
+    ("map-with-output-constant", lambda: (lambda g: map_with_output(
+        g, _1 * 2.0, [var(g)], constant(g), Sequence()))(graph()), GrucValueError,
+     "map_with_output cannot write into constant 'c'"),
+    ("mat-mul-acc-constant", lambda: (lambda g: mat_mul_acc(
+        g, constant(g, (4, 4)), 1.0, var(g, (4, 4)), var(g, (4, 4), name="y"), Sequence()))(
+        graph()), GrucValueError, "mat_mul_acc cannot write into constant 'c'"),
+    ("host-write-broadcast", lambda: (lambda g: g.create_host_write(
+        "s3", var(g, (1,), name="s").broadcast(3, 0)))(graph()), GrucValueError,
+     "host write 's3' cannot write into a view that holds some elements more than once"),
+    ("map-broadcast-to-two-tiles", lambda: (lambda g: g.set_tile_mapping(
+        var(g, (3,), tile=None).broadcast(2, 0), [[(0, 3)], [(3, 6)]]))(graph()),
+     GrucMappingError, "maps element 0 of 'x' to tiles 0 and 1"),
+    ("zero-broadcast", lambda: (lambda g: zero(g, var(g)[0:1].broadcast(3, 0), Sequence()))(
+        graph()), GrucValueError, "fill cannot write into a view"),
+    ("non-linearity-in-place-broadcast", lambda: (lambda g: non_linearity_in_place(
+        g, "tanh", var(g)[0:1].broadcast(3, 0), Sequence()))(graph()), GrucValueError,
+     "map_in_place cannot write into a view that holds some elements more than once"),
+    ("dynamic-update-broadcast", lambda: (lambda g: dynamic_update(
+        g, var(g)[0:1].broadcast(3, 0), var(g, (1, 6), name="row"),
+        var(g, (1,), UNSIGNED_INT, name="o"), [0], [1], Sequence()))(graph()), GrucValueError,
+     "dynamic_update cannot write into a view"),
     ("constant-past-element-limit", lambda: graph().add_constant(FLOAT, (2**20, 2**20), 0.0),
      GrucValueError, "2^32"),
     ("map-in-place-constant", lambda: (lambda g: map_in_place(

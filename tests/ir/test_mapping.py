@@ -298,3 +298,11 @@ def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are
     assert not g.rows_alike(halves)
     g.set_tile_mapping(halves[2:4], 2)
     assert g.is_fully_mapped(halves)  # found by reading its tiles
+
+
+def test_a_broadcast_view_maps_when_every_copy_of_an_element_agrees():
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    v = g.add_variable(FLOAT, (3,), "v")
+    g.set_tile_mapping(v.broadcast(2, 0), 1)
+    g.set_tile_mapping(v.broadcast(2, 0), np.array([2, 3, 0, 2, 3, 0]))
+    assert g.element_tiles(v).tolist() == [2, 3, 0]
