@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from gruc.errors import GrucTypeError, GrucValueError
+from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 
 if TYPE_CHECKING:
     from gruc.ir.graph import ComputeSet, Function
@@ -63,7 +63,7 @@ def _check_tensor(value: object, what: str) -> "Tensor":
 def _check_scalar(value: object, what: str) -> "Tensor":
     tensor = _check_tensor(value, what)
     if tensor.num_elements != 1:
-        raise GrucValueError(f"{what} must have one element, got shape {list(tensor.shape)}")
+        raise GrucShapeError(f"{what} must have one element, got shape {list(tensor.shape)}")
     return tensor
 
 
@@ -124,7 +124,7 @@ class Copy(Program):
         _check_tensor(self.src, "Copy source")
         _check_tensor(self.dst, "Copy destination")
         if self.src.shape != self.dst.shape:
-            raise GrucValueError(f"Copy shapes differ: src {list(self.src.shape)} vs dst "
+            raise GrucShapeError(f"Copy shapes differ: src {list(self.src.shape)} vs dst "
                                  f"{list(self.dst.shape)}")
         if self.src.dtype != self.dst.dtype:
             raise GrucTypeError(f"Copy types differ: src {self.src.dtype.name} vs dst "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gruc.errors import GrucError, GrucProgramError, GrucVerifyError
+from gruc.errors import GrucError, GrucMappingError, GrucProgramError, GrucVerifyError
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
@@ -63,8 +63,9 @@ class _Verifier:
         """Indices of variables already found fully mapped (per-tile vertices name the same big
         variable thousands of times; checking it once keeps verification linear)."""
 
-    def fail(self, culprit: object, message: str) -> None:
-        raise GrucVerifyError(f"{message}\n{_context(self.module, culprit)}")
+    def fail(self, culprit: object, message: str, error: type[GrucError] = GrucVerifyError
+             ) -> None:
+        raise error(f"{message}\n{_context(self.module, culprit)}")
 
     # ---- tensors ------------------------------------------------------------------------------
     def tensor(self, culprit: object, tensor: Tensor, role: str) -> None:
@@ -77,7 +78,9 @@ class _Verifier:
                 self.mapped.add(var.index)
             else:
                 self.fail(culprit, f"{role} uses variable {var.name!r} "
-                                   f"{var.dtype}{list(var.shape)}, which is not fully mapped to tiles")
+                                   f"{var.dtype}{list(var.shape)}, which is not fully mapped to "
+                                   "tiles; map it (set_tile_mapping / map_tensor_linearly)",
+                          GrucMappingError)
 
     def no_repeats(self, culprit: object, tensor: Tensor, role: str) -> None:
         if tensor.has_repeats():

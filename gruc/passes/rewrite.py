@@ -68,6 +68,14 @@ def pass_output(module: Module) -> Module:
     return module
 
 
+def verified(module: Module) -> Module:
+    """``module`` verified now and trusted from here on, as a pass's output is: a compiler checks
+    its input once, before the pipeline, so a bad input is reported as itself rather than as the
+    failure of whichever pass happens to run first."""
+    verify(module)
+    return pass_output(module)
+
+
 def liveness_of(module: Module) -> Liveness:
     """:func:`analyse_liveness` of ``module``, remembered for modules passes made (their programs
     never change), so the next pass in a pipeline does not analyse the same module again."""

@@ -30,7 +30,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import check_initialized
 from gruc.passes.plan_memory import MemoryPlan, plan_memory
-from gruc.passes.rewrite import require_valid
+from gruc.passes.rewrite import require_valid, verified
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
@@ -69,7 +69,7 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
     if isinstance(programs, Program):
         programs = [programs]
     start = time.perf_counter()
-    module = Module(graph, list(programs))
+    module = verified(Module(graph, list(programs)))
     if pipeline is None:
         from gruc.passes import DEFAULT_PIPELINE
 
@@ -78,7 +78,7 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
         from gruc.passes.pipeline import run_pipeline
 
         module = run_pipeline(module, pipeline).module
-    require_valid(module)  # a pass's output is valid by contract: the pipeline verified its input
+    require_valid(module)  # free for a pass's output: valid by contract
     plan = plan_memory(module)
     if strict_memory and not plan.fits:
         worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))

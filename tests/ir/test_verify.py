@@ -2,7 +2,7 @@
 
 import pytest
 
-from gruc import (FLOAT, Copy, Execute, Graph, GrucVerifyError, Module, Sequence, Target, Vertex)
+from gruc import (FLOAT, Copy, Execute, Graph, GrucMappingError, GrucVerifyError, Module, Sequence, Target, Vertex)
 from gruc.ir.expr import _1, _2, Const
 from gruc.ir.verify import verify
 from gruc.ir.vertices import vertex_kind
@@ -38,7 +38,7 @@ def test_unmapped_variable_is_rejected_with_context():
     g, x = base()
     loose = g.add_variable(FLOAT, (4, 8), "loose")
     prog = Sequence(Copy(x, loose))
-    with pytest.raises(GrucVerifyError) as info:
+    with pytest.raises(GrucMappingError) as info:  # a mapping problem, shown in the IR
         verify(Module(g, [prog]))
     assert "'loose'" in str(info.value) and "not fully mapped" in str(info.value)
     assert_context(info.value, "copy %x -> %loose")
