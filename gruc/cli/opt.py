@@ -51,6 +51,10 @@ def read_module(path: str) -> Module:
                 raise GrucParseError(f"broken JSON module: {error.msg} at line {error.lineno}, "
                                      f"column {error.colno}") from None
             return parse_module(text)
+        except RecursionError:
+            raise GrucParseError("JSON module nested too deeply to read") from None
+        except ValueError as error:  # an integer past Python's digit limit
+            raise GrucParseError(f"JSON module not read: {str(error).split(';')[0]}") from None
         return module_from_json(data)
     except GrucParseError as error:
         raise GrucParseError(f"{name}: {error}") from None

@@ -163,9 +163,14 @@ class _Parser:
         k = self.pos
         raw = self.take("string", expected)
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail_at(self.offsets[k], f"string {raw[:30]} holds a lone surrogate, which no "
+                                          "UTF-8 file can store")
         except ValueError:
             self.fail_at(self.offsets[k], f"bad escape in string {raw[:30]}")
+        return value
 
     def comma_list(self, close: str, item) -> list:
         result = []

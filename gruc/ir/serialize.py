@@ -152,7 +152,19 @@ class _Loader:
         value = obj[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
             self.fail(f"{path}.{key}", f"expected {_kind_name(kind)}, got {value!r:.60}")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                self.fail(f"{path}.{key}", "the string holds a lone surrogate, which no UTF-8 file "
+                                           "can store")
         return value
+
+    def only(self, obj: Any, path: str, *keys: str) -> None:
+        """Refuse keys the format does not have: a misspelt one would otherwise be ignored."""
+        extra = sorted(set(obj) - set(keys)) if isinstance(obj, dict) else []
+        if extra:
+            self.fail(path, f"unknown key {extra[0]!r}; allowed: {', '.join(keys)}")
 
     def ints(self, value: Any, path: str) -> list[int]:
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
@@ -181,8 +193,11 @@ class _Loader:
     def load(self, obj: Any) -> Module:
         if not isinstance(obj, dict):
             self.fail("$", f"expected an object, got {type(obj).__name__}")
-        if obj.get("format") != FORMAT or obj.get("version") != VERSION:
+        if obj.get("format") != FORMAT or type(obj.get("version")) is not int \
+                or obj["version"] != VERSION:
             self.fail("$", f"expected format {FORMAT!r} version {VERSION}")
+        self.only(obj, "$", "format", "version", "target", "variables", "views", "host_writes",
+                  "host_reads", "compute_sets", "functions", "programs")
         target = self.get(obj, "target", "$", dict)
         self.builder = builder = self.call("$.target", ModuleBuilder,
                                            self.call("$.target", lambda: Target(**target)))
@@ -190,6 +205,7 @@ class _Loader:
             self.variable(var, f"$.variables[{k}]")
         for k, view in enumerate(self.get(obj, "views", "$", list)):
             path = f"$.views[{k}]"
+            self.only(view, path, "name", "op", "sources", "args", "dtype", "shape")
             op = self.get(view, "op", path, str)
             if op not in VIEW_OPS:
                 self.fail(f"{path}.op", f"unknown view op {op!r}")
@@ -215,6 +231,7 @@ class _Loader:
         functions = self.get(obj, "functions", "$", list)
         for k, function in enumerate(functions):
             path = f"$.functions[{k}]"
+            self.only(function, path, "symbol", "name", "program")
             self.call(path, builder.declare_function, self.get(function, "symbol", path, str),
                       self.get(function, "name", path, str))
         for k, function in enumerate(functions):
@@ -229,6 +246,8 @@ class _Loader:
         kind = self.get(var, "kind", path, str)
         if kind not in ("var", "const"):
             self.fail(f"{path}.kind", f"expected 'var' or 'const', got {kind!r:.40}")
+        self.only(var, path, "kind", "name", "label", "dtype", "shape", "map",
+                  *(("values",) if kind == "const" else ()))
         dtype = self.dtype(self.get(var, "dtype", path, str), f"{path}.dtype")
         shape = tuple(self.ints(self.get(var, "shape", path, list), f"{path}.shape"))
         groups = []
@@ -256,10 +275,12 @@ class _Loader:
 
     def compute_set(self, cs: Any, path: str) -> None:
         builder = self.builder
+        self.only(cs, path, "symbol", "name", "vertices")
         created = self.call(path, builder.compute_set, self.get(cs, "symbol", path, str),
                             self.get(cs, "name", path, str))
         for k, vertex in enumerate(self.get(cs, "vertices", path, list)):
             where = f"{path}.vertices[{k}]"
+            self.only(vertex, where, "kind", "fields", "params", "tile")
             fields = {}
             for key, value in self.get(vertex, "fields", where, dict).items():
                 if isinstance(value, list):
@@ -332,7 +353,15 @@ class _Loader:
         if op not in builders:
             self.fail(f"{path}.op",
                       f"unknown program op {op!r:.40}; allowed: {', '.join(builders)}")
+        self.only(node, path, "op", *_PROGRAM_KEYS[op])
         return self.call(path, builders[op])
+
+
+_PROGRAM_KEYS = {"seq": ("body",), "execute": ("cs",), "copy": ("src", "dst"),
+                 "write_undef": ("tensor",), "repeat": ("count", "body"),
+                 "while": ("cond", "pred", "body"), "if": ("pred", "then", "else"),
+                 "call": ("func",), "print": ("label", "tensor"), "sync": ()}
+"""The keys of each program node besides ``op`` (what :func:`_program` writes)."""
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

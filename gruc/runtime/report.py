@@ -65,7 +65,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
                                suffix="-" + os.path.basename(path))
     try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+        text_mode = {"encoding": "utf-8", "errors": "backslashreplace"}  # a lone surrogate in a
+        with os.fdopen(fd, mode, **(text_mode if mode == "w" else {})) as handle:  # name: escaped
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

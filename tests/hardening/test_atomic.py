@@ -177,3 +177,17 @@ def test_files_get_the_permissions_open_would_give_them(tmp_path):
     with atomic_file(kept) as handle:
         handle.write("[]")
     assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_text() == "[]"
+
+
+def test_a_lone_surrogate_in_a_name_is_written_escaped_not_a_crash(tmp_path):
+    """Python strings may hold lone surrogates (a graph name built by a program); UTF-8 cannot."""
+    from gruc import FLOAT, Graph, Module, Sequence, Target
+    from gruc.cli.opt import format_module
+
+    graph = Graph(Target.custom(tiles_per_ipu=4))
+    x = graph.add_variable(FLOAT, (4,), "x\ud800")
+    graph.set_tile_mapping(x, 0)
+    graph.create_host_write("x", x)
+    path = tmp_path / "m.dot"
+    write_text_atomically(path, format_module(Module(graph, [Sequence()]), "dot"))
+    assert "x\\ud800" in path.read_text(encoding="utf-8")

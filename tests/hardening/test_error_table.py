@@ -708,6 +708,8 @@ def bad_files(tmp_path):
     (tmp_path / "binary.ir").write_bytes(b"\xff\xfe\x00garbage")
     (tmp_path / "a-file").write_text("")
     (tmp_path / "cut.json").write_text('{"format": "gruc-module", "tar')
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "digits.json").write_text('{"format": "gruc-module", "version": ' + "9" * 5000 + "}")
     return tmp_path
 
 
@@ -738,6 +740,9 @@ FILE_CASES = [
     (["opt", "{d}/bad.json"], "gruc-module"),
     (["opt", "{d}/cut.json"], "broken JSON module: Unterminated string"),
     (["opt", "{d}/binary.ir"], "binary.ir"),
+    (["opt", "{d}/deep.json"], "JSON module nested too deeply to read"),
+    (["viz", "--input", "{d}/deep.json"], "nested too deeply"),
+    (["opt", "{d}/digits.json"], "JSON module not read: Exceeds the limit (4300 digits)"),
     (["opt", "{d}"], "{d}"),
     (["opt", "{d}/bad.ir", "-p", "nope"], "bad.ir"),
     (["viz", "--input", "{d}/bad.ir", "--batch-size", "2"], "--batch-size"),

@@ -453,6 +453,8 @@ BAD_INPUTS = [
     ('module target()\n%x = var f32[1] "x" map=[0 x 1]\ncs @c {\n  Map(out=%x, ins=[%x]) '
      'expr=add(_1, _77)\n}', r"line 4, column 38: placeholder index 77"),
     ('module target() $', r"line 1, column 17: unexpected character '\$'"),
+    ('module target()\n%x = var f32[4] "x\\ud800" map=[0 x 4]',
+     r"line 2, column 17: string .x.ud800. holds a lone surrogate"),
     ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x dim=0 dim=0 : f32[2]',
      r"line 3, column 25: dim is given twice"),
     ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x dim=0 : f32[2]',
@@ -486,6 +488,14 @@ def test_parse_error_shows_the_line_with_a_caret():
     (lambda d: d["compute_sets"][0]["vertices"][0]["fields"].update(out="%nope"),
      r"\$.compute_sets\[0\].vertices\[0\].fields.out: '%nope' is not a defined tensor"),
     (lambda d: d.update(version=99), r"\$: expected format"),
+    (lambda d: d.update(version=True), r"\$: expected format"),
+    # a misspelt or stray key is refused, not ignored
+    (lambda d: d["variables"][0].update(foo=1), r"\$.variables\[0\]: unknown key 'foo'; allowed"),
+    (lambda d: d["variables"][0].update(values=[]), r"\$.variables\[0\]: unknown key 'values'"),
+    (lambda d: d["programs"][0]["body"][0].update(x=1), r"\$.programs\[0\].body\[0\]: unknown key"),
+    (lambda d: d.update(extra=[]), r"\$: unknown key 'extra'"),
+    (lambda d: d["variables"][0].update(label="x\ud800"),
+     r"\$.variables\[0\].label: the string holds a lone surrogate"),
 ])
 def test_json_errors_name_the_path(mutate, message):
     data = module_to_json(small_program())
