@@ -8,8 +8,11 @@ message names each bad field, the value given and what is allowed — one line p
 
 from __future__ import annotations
 
-from typing import Any
+import types
+import typing
+from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gruc.errors import GrucOptionError, GrucTypeError, GrucValueError
@@ -30,12 +33,39 @@ def describe_validation_error(model_name: str, error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-class GrucModel(BaseModel):
-    """Base of gruc's validated, immutable configuration models."""
+def _scalar_kinds(annotation: Any) -> set[type]:
+    """The plain scalar types a field annotation admits (``int | None`` -> ``{int}``)."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return {kind for kind in options if kind in (bool, int, float)}
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+class GrucModel(BaseModel):
+    """Base of gruc's validated, immutable configuration models.
+
+    Numbers are taken as numbers: pydantic's lax mode would read ``True`` as the tile count 1,
+    ``"16"`` as 16 and ``"no"`` as False, hiding a caller's mix-up, so a bool where a number is
+    wanted, or a string where a number or a switch is, is a GrucTypeError.  (Option models whose
+    poplibs counterparts are string flags set ``numbers_from_strings``.)  Infinite and NaN floats
+    are refused: no figure of a target, layer or option is infinite."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True,
+                              allow_inf_nan=False)
+    numbers_from_strings: ClassVar[bool] = False
 
     def __init__(self, **data: Any) -> None:
+        fields = type(self).model_fields
+        for name, value in data.items():
+            field = fields.get(name) or next((f for f in fields.values() if f.alias == name), None)
+            kinds = _scalar_kinds(field.annotation) if field is not None else set()
+            if not kinds:
+                continue
+            wanted = " or ".join(k.__name__ for k in sorted(kinds, key=lambda k: k.__name__))
+            loose_bool = isinstance(value, (bool, np.bool_)) and bool not in kinds
+            loose_string = isinstance(value, str) and not type(self).numbers_from_strings
+            if loose_bool or loose_string:
+                raise GrucTypeError(f"{type(self).__name__}.{name} = {value!r}: must be "
+                                    f"{wanted}, not {type(value).__name__}")
         try:
             super().__init__(**data)
         except ValidationError as error:

@@ -36,7 +36,7 @@ from gruc.ir.codelets.dynamic import OFFSET_TYPES
 from gruc.ir.graph import ComputeSet, Graph, check_op_args
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
-from gruc.ir.tensor import Tensor, concat, require_writable, share_elements
+from gruc.ir.tensor import Tensor, as_ints, concat, require_writable, share_elements
 
 __all__ = ["dynamic_slice", "dynamic_update"]
 
@@ -48,11 +48,7 @@ def _check_request(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
         expect(isinstance(tensor, Tensor), GrucTypeError,
                f"{what} {role} must be a gruc Tensor, got {type(tensor).__name__}")
         expect(tensor.graph is graph, GrucValueError, f"{what} {role} belongs to another graph")
-    try:
-        dims, sizes = tuple(int(d) for d in dims), tuple(int(s) for s in sizes)
-    except (TypeError, ValueError):
-        raise GrucTypeError(f"{what} dims {dims!r} and sizes {sizes!r} must be sequences of "
-                            "integers") from None
+    dims, sizes = as_ints(dims, f"{what} dims"), as_ints(sizes, f"{what} sizes")
     expect(len(dims) >= 1, GrucValueError, f"{what} needs at least one dimension to slice")
     expect(len(dims) == len(sizes), GrucValueError,
            f"{what} has {len(dims)} dims but {len(sizes)} sizes; give one size per dim")

@@ -40,7 +40,7 @@ import enum
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -73,6 +73,8 @@ class FullyConnectedPass(str, enum.Enum):
 
 class MatMulOptions(GrucModel):
     """Matmul options (poplibs names in a dict map to these fields; see :data:`OPTION_NAMES`)."""
+
+    numbers_from_strings: ClassVar[bool] = True  # poplibs' OptionFlags are strings
 
     available_memory_proportion: float = Field(
         0.6, ge=0, description="Fraction of a tile's bytes the plan may use for temporaries.")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numbers
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -165,6 +165,7 @@ class GruOptions(GrucModel):
                                         description="Build the loop body once and call it.")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    numbers_from_strings: ClassVar[bool] = True  # poplibs' OptionFlags are strings
 
     @field_validator("partials_type", mode="before")
     @classmethod

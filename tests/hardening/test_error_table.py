@@ -540,6 +540,22 @@ BAD_INPUTS = [
     ("host-read-never-written", host_read_never_written, GrucProgramError, "'lonely'"),
     ("copy-into-constant", copy_into_constant, GrucVerifyError, "Copy writes into a constant"),
     ("host-write-into-constant", host_write_into_constant, GrucValueError, "constant 'c'"),
+    # validated models take numbers as numbers: no bool as a count, no string as a number
+    ("target-bool-tiles", lambda: Target.custom(tiles_per_ipu=True), GrucTypeError,
+     "Target.tiles_per_ipu = True: must be int, not bool"),
+    ("target-string-tiles", lambda: Target.custom(tiles_per_ipu="16"), GrucTypeError,
+     "Target.tiles_per_ipu = '16': must be int, not str"),
+    ("target-infinite-clock", lambda: Target(clock_hz=float("inf")), GrucValueError,
+     "Target.clock_hz = inf: Input should be a finite number"),
+    ("params-bool-batch", lambda: params(batch_size=True), GrucTypeError,
+     "GruParams.batch_size = True: must be int"),
+    ("params-string-switch", lambda: params(output_full_sequence="no"), GrucTypeError,
+     "GruParams.output_full_sequence = 'no': must be bool, not str"),
+    ("options-bool-shards", lambda: GruOptions.parse({"numShards": True}), GrucTypeError,
+     "GruOptions.numShards = True: must be int, not bool"),
+    ("dynamic-slice-float-dim", lambda: (lambda g: dynamic_slice(
+        g, var(g), var(g, (1,), UNSIGNED_INT, name="o"), [0.7], [2], Sequence()))(graph()),
+     GrucTypeError, "dynamic_slice dims [0.7] must be a sequence of integers"),
     # every writer refuses a constant and a view naming an element twice, at the call
     ("map-with-output-constant", lambda: (lambda g: map_with_output(
         g, _1 * 2.0, [var(g)], constant(g), Sequence()))(graph()), GrucValueError,
