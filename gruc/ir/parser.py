@@ -325,7 +325,7 @@ class _Parser:
         if self.accept("_"):
             tile, step, count = UNMAPPED, 0, 1
         else:
-            tile = self.int_("a tile, a tile range start:stop[:step] or _")
+            tile = self.nonneg("a tile, a tile range start:stop[:step] or _")
             step, count = 0, 1
             if self.accept(":"):
                 stop = self.int_("the end of the tile range")
@@ -335,6 +335,9 @@ class _Parser:
                 count = len(range(tile, stop, step))
                 if count == 0:
                     self.fail_at(self.offsets[k], "the tile range is empty")
+                if tile + (count - 1) * step < 0:
+                    self.fail_at(self.offsets[k], f"the tile range reaches tile "
+                                                  f"{tile + (count - 1) * step}; tiles are >= 0")
         if self.accept("x"):
             grain = self.nonneg("the run length")
             return tile, step, count, count * grain, grain

@@ -177,7 +177,8 @@ class Engine:
 
     def _program_number(self, program) -> int:
         count = len(self.executable.programs)
-        if not isinstance(program, (int, np.integer)) or not 0 <= program < count:
+        if isinstance(program, (bool, np.bool_)) or not isinstance(program, (int, np.integer)) \
+                or not 0 <= program < count:
             raise GrucValueError(f"program {program!r} does not exist; this engine has programs "
                                  f"0..{count - 1}")
         return int(program)

@@ -379,6 +379,7 @@ BAD_INPUTS = [
     ("run-past-end", lambda: copy_engine().run(5), GrucValueError, "program 5"),
     ("run-negative", lambda: copy_engine().run(-1), GrucValueError, "program -1"),
     ("run-str", lambda: copy_engine().run("0"), GrucValueError, "'0'"),
+    ("run-bool", lambda: copy_engine().run(True), GrucValueError, "program True does not exist"),
     ("write-unknown-stream", lambda: copy_engine().write_tensor("nope", np.zeros((2, 3))),
      GrucValueError, "'nope'"),
     ("read-unknown-stream", lambda: copy_engine().read_tensor("nope"), GrucValueError, "'nope'"),

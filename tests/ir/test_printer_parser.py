@@ -453,6 +453,10 @@ BAD_INPUTS = [
     ('module target()\n%x = var f32[1] "x" map=[0 x 1]\ncs @c {\n  Map(out=%x, ins=[%x]) '
      'expr=add(_1, _77)\n}', r"line 4, column 38: placeholder index 77"),
     ('module target() $', r"line 1, column 17: unexpected character '\$'"),
+    ('module target()\n%x = var f32[4] "x" map=[-1 x 4]',
+     r"line 2, column 26: expected a tile, a tile range start:stop\[:step\] or _, found '-1'"),
+    ('module target()\n%x = var f32[4] "x" map=[1:-3:-1 x 1]',
+     r"line 2, column 26: the tile range reaches tile -2; tiles are >= 0"),
     ('module target()\n%x = var f32[4] "x\\ud800" map=[0 x 4]',
      r"line 2, column 17: string .x.ud800. holds a lone surrogate"),
     ('module target()\n%x = var f32[4] "x" map=[0 x 4]\n%y = subsample %x dim=0 dim=0 : f32[2]',
