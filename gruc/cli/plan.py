@@ -53,7 +53,7 @@ def register(commands) -> None:
                         help="run on this Dask distributed scheduler (needs gruc[dist])")
     parser.add_argument("--find-max", metavar="FLAG",
                         help=f"largest value of FLAG that fits ({', '.join(SEARCHABLE)})")
-    parser.add_argument("--find-max-limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+    parser.add_argument("--find-max-limit", type=int, default=None, metavar="N",
                         help=f"largest value the search tries (default: {DEFAULT_LIMIT})")
     parser.add_argument("--plots", action="store_true",
                         help="write PNG plots to DIR/plots (metrics per swept flag, tile heatmap)")
@@ -127,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) -> int:
     flag = _field_of(args.find_max)
-    results = find_max(spec, flag, out, limit=args.find_max_limit, executor=executor,
+    limit = DEFAULT_LIMIT if args.find_max_limit is None else args.find_max_limit
+    results = find_max(spec, flag, out, limit=limit, executor=executor,
                        progress=args.progress)
     for result in results:
         print(result.describe())
@@ -143,10 +144,12 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
            index: int | None, preferred: dict[str, Any] | None = None) -> None:
     """The metric plots of ``rows`` and the tile heatmap of row ``index`` (default:
     ``preferred``, else the row with the most memory on a tile)."""
-    paths = plot_metrics(rows, parameters, out / "plots")
-    if not paths:
+    if all(row.get("error") for row in rows):
         print("plots             none: gruc refused every configuration")
         return
+    paths = plot_metrics(rows, parameters, out / "plots")
+    if not paths:
+        print("plots             none: nothing is swept (a metric plot needs a swept flag)")
     for path in paths:
         print(f"plot              {path}")
     chosen = preferred if index is None and preferred is not None else _choose(rows, index)
@@ -154,6 +157,13 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
         print(f"heatmap           none: configuration {index} was refused ({chosen['error']})")
     elif chosen is not None:
         _heatmap(chosen, out)
+
+
+def _check_search_flags(args: argparse.Namespace) -> None:
+    """A search's own flag without the search would be silently ignored: refuse it."""
+    if args.find_max_limit is not None and not args.find_max:
+        raise GrucValueError(f"--find-max-limit {args.find_max_limit} bounds the search that "
+                             "--find-max FLAG makes; add --find-max")
 
 
 def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
@@ -174,6 +184,7 @@ def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
 
 def _study(args: argparse.Namespace) -> int:
     spec = spec_from(args)
+    _check_search_flags(args)
     _check_heatmap(args, spec)
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)

@@ -56,6 +56,7 @@ def test_sweep_plots_one_figure_per_swept_flag(tmp_path, capsys):
     (["plan", "--batch-size", "1,2", "--heatmap", "2", "--plots"], ["--heatmap 2", "there are 2"]),
     (["plan", "--find-max", "shards", "--heatmap", "-1", "--plots"], ["--heatmap -1", "0-based"]),
     (["plan", "--heatmap", "0"], ["--heatmap 0", "add --plots"]),
+    (["plan", "--find-max-limit", "5"], ["--find-max-limit 5", "add --find-max"]),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path):
     with pytest.raises(SystemExit) as info:
@@ -85,3 +86,11 @@ def test_every_line_of_a_metrics_plot_has_its_own_colour(count):
     from gruc.plan.plots import _colours
 
     assert len(set(_colours(count))) == count
+
+
+def test_plots_with_nothing_swept_say_so_and_still_draw_the_heatmap(tmp_path, capsys):
+    assert main(["plan", *SMALL, "--batch-size", "2", "--out", str(tmp_path), "--plots"]) == 0
+    out = capsys.readouterr().out
+    assert "plots             none: nothing is swept" in out and "refused" not in out.split(
+        "rows              ")[1]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["tile-heatmap.png"]
