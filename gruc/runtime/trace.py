@@ -28,6 +28,8 @@ from gruc.target import Target
 
 MAX_TILE_TRACKS = 64
 CONTROL_TRACK = 0
+_GRID = float(2 ** 20)
+"""Time grid of trace events, per microsecond (see :meth:`TraceBuilder.microseconds`)."""
 
 
 class _TraceBuilder:
@@ -74,12 +76,21 @@ class _TraceBuilder:
         return result
 
     # ---- events -----------------------------------------------------------------------------
+    def microseconds(self, cycle: int) -> float:
+        """The time of ``cycle``, on a grid of 2^-20 µs (about a picosecond, well under a cycle):
+        grid values subtract and add back exactly, so an event's ``ts + dur`` is its end cycle's
+        time to the bit and events nest exactly as their cycles do (with plain products, one
+        event could overrun its parent by a rounding step)."""
+        return round(cycle * self.us_per_cycle * _GRID) / _GRID
+
     def event(self, name: str, start: int, cycles: int, pid: int, tid: int,
               category: str, args: dict | None = None) -> None:
         if cycles <= 0:
             return
-        record = {"name": name, "ph": "X", "ts": start * self.us_per_cycle,
-                  "dur": cycles * self.us_per_cycle, "pid": pid, "tid": tid, "cat": category}
+        begin = self.microseconds(start)
+        record = {"name": name, "ph": "X", "ts": begin,
+                  "dur": self.microseconds(start + cycles) - begin, "pid": pid, "tid": tid,
+                  "cat": category}
         if args:
             record["args"] = args
         self.events.append(record)
