@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 from gruc.errors import GrucParseError, GrucValueError
 from gruc.ir.module import Module
@@ -22,7 +23,7 @@ from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
-from gruc.runtime.report import write_text_atomically
+from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
 from gruc.runtime.viz import StatusLine, dataflow_dot
 
 FORMATS = ("text", "json", "dot")
@@ -82,7 +83,18 @@ def output_file(path: str) -> str:
     if not os.path.isdir(parent):
         reason = "is not a directory" if os.path.exists(parent) else "does not exist"
         raise argparse.ArgumentTypeError(f"cannot write {path!r}: {parent!r} {reason}")
+    _require_writable_directory(parent, path)
     return path
+
+
+def _require_writable_directory(directory: str, path: str) -> None:
+    """Try what writing under ``directory`` needs (making an entry there), leaving nothing: a
+    read-only place fails now, not after the work (permission bits do not tell, for root)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=directory, prefix=TEMPORARY_PREFIX))
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}: {error.strerror} in "
+                                         f"{directory!r}") from None
 
 
 def output_directory(path: str) -> str:
@@ -98,6 +110,7 @@ def output_directory(path: str) -> str:
     if not os.path.isdir(existing):
         raise argparse.ArgumentTypeError(f"{path!r} cannot be a directory: {existing!r} is a "
                                          "file")
+    _require_writable_directory(existing, path)
     return path
 
 

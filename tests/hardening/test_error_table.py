@@ -776,6 +776,9 @@ FILE_CASES = [
     (["gru", *LAYER, "--shards", "100", "--profile", "{d}/not-made"], "numShards"),
     (["trace", *LAYER, "-o", "{d}"], "names a directory"),
     (["trace", *LAYER, "-o", "{d}/"], "names a directory"),
+    # a place nothing can be made in (procfs refuses even root) is refused before the run
+    (["gru", *LAYER, "--profile", "/proc/gruc-profile"], "cannot write '/proc/gruc-profile'"),
+    (["dump", *LAYER, "-o", "/proc/gruc.ir"], "cannot write '/proc/gruc.ir'"),
 ]
 
 
