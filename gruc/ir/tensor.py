@@ -203,14 +203,18 @@ class Tensor:
         return self.reshape_partial(begin, end, [math.prod(self.shape[begin:end])])
 
     def expand(self, dims: Iterable[int]) -> "Tensor":
-        """Insert singleton dimensions at positions ``dims`` of the result (numpy ``expand_dims``)."""
-        dims = sorted(as_ints(dims, "expand positions"))
-        rank = self.rank + len(dims)
-        if len(set(dims)) != len(dims) or any(not 0 <= d < rank for d in dims):
-            raise GrucIndexError(f"expand positions {dims} must be distinct and within 0..{rank - 1}")
-        shape = list(self.shape)
-        for d in dims:
-            shape.insert(d, 1)
+        """Insert a singleton dimension before each dimension ``dims`` names, as Poplar's
+        ``Tensor::expand``: indices are of *this* tensor's dimensions (``rank`` means after the
+        last) and may repeat, one singleton per mention.  ``t[4,6].expand([0, 2])`` is
+        ``[1,4,6,1]``; ``expand([1, 1])`` is ``[4,1,1,6]``."""
+        dims = as_ints(dims, "expand positions")
+        bad = [d for d in dims if not 0 <= d <= self.rank]
+        if bad:
+            raise GrucIndexError(f"expand position {bad[0]} is outside 0..{self.rank} (the "
+                                 f"dimensions of {list(self.shape)}, before which singletons go)")
+        shape: list[int] = []
+        for d in range(self.rank + 1):
+            shape += [1] * dims.count(d) + list(self.shape[d:d + 1])
         return self.reshape(shape)
 
     def squeeze(self, dims: Iterable[int] | None = None) -> "Tensor":

@@ -255,6 +255,10 @@ def test_shape_queries():
     assert x.rank == 3 and x.dim(1) == 3 and x.num_elements == 24
     assert x.element_type is FLOAT and x.nbytes == 96
     assert x.append(x[0], 0).shape == (3, 3, 4)
+    # Poplar's expand: singletons before the named dimensions of the tensor, repeats allowed
+    assert x.expand([0, 3]).shape == (1, 2, 3, 4, 1)
+    assert x.expand([1, 1]).shape == (2, 1, 1, 3, 4)
+    assert x.expand([2, 0]).shape == (1, 2, 3, 1, 4)
 
 
 @pytest.mark.parametrize("build, error, words", [
@@ -264,6 +268,7 @@ def test_shape_queries():
     (lambda x: x.reshape((5, 5)), GrucShapeError, ["[2, 3, 4]", "[5, 5]"]),
     (lambda x: x.reshape((-1, 24)), GrucShapeError, ["negative"]),
     (lambda x: x.squeeze([0]), GrucShapeError, ["dimension 0", "size is 2"]),
+    (lambda x: x.expand([4]), GrucIndexError, ["expand position 4", "0..3"]),
     (lambda x: x.transpose(), GrucShapeError, ["rank-2"]),
     (lambda x: x.dim_shuffle((0, 0, 1)), GrucError, ["not a permutation"]),
     (lambda x: concat([x, x[:, :2, :3]], 1), GrucShapeError, ["concat", "[2, 3, 4]", "[2, 2, 3]"]),
