@@ -13,7 +13,7 @@ row after row.  The graph also remembers which variables were mapped whole.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -358,8 +358,10 @@ class Graph:
             and layout.strides[0] % row == 0
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
-        """Which tile holds each element of ``tensor``, as runs over its flattened elements."""
-        return TileMapping.from_element_tiles(self.element_tiles(tensor))
+        """Which tile holds each element of ``tensor``, as runs over its flattened elements (and,
+        as Poplar gives it, one list of intervals per tile: ``mapping[tile]``)."""
+        runs = TileMapping.from_element_tiles(self.element_tiles(tensor))
+        return replace(runs, num_tiles=self.target.num_tiles)
 
     def element_tiles(self, tensor: Tensor) -> np.ndarray:
         """The tile of every element of ``tensor`` (flattened; ``-1`` where unmapped)."""

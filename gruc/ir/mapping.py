@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -73,12 +73,18 @@ def _interval(interval: object, tile: int, num_elements: int) -> tuple[int, int]
 
 @dataclass(frozen=True, eq=False)
 class TileMapping:
-    """Runs of a flattened tensor's elements and the tile of each run."""
+    """Runs of a flattened tensor's elements and the tile of each run.
+
+    A mapping a graph returns (``Graph.get_tile_mapping``) also reads as Poplar's
+    ``getTileMapping`` result, one list of ``(begin, end)`` intervals per tile of the target:
+    ``mapping[tile]``, ``len(mapping)``, ``for intervals in mapping``."""
 
     begins: np.ndarray
     ends: np.ndarray
     tiles: np.ndarray
     num_elements: int
+    num_tiles: int | None = None
+    """The target's tile count, when known: what makes the per-tile list form complete."""
 
     @classmethod
     def from_element_tiles(cls, element_tiles: np.ndarray) -> "TileMapping":
@@ -145,6 +151,26 @@ class TileMapping:
             if tile != UNMAPPED:
                 result[tile].append((begin, end))
         return result
+
+    def __getitem__(self, tile: int) -> list[tuple[int, int]]:
+        tile = operator.index(tile)
+        count = self._tile_count()
+        if not 0 <= tile < count:
+            raise GrucIndexError(f"tile {tile} does not exist; the target has tiles 0..{count - 1}")
+        return self.intervals_on(tile)
+
+    def __len__(self) -> int:
+        return self._tile_count()
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter(self.per_tile(self._tile_count()))
+
+    def _tile_count(self) -> int:
+        if self.num_tiles is None:
+            raise GrucTypeError("this TileMapping was made without a target, so it has no per-tile "
+                                "list form; use per_tile(num_tiles) or get it from "
+                                "Graph.get_tile_mapping")
+        return self.num_tiles
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TileMapping):

@@ -306,3 +306,18 @@ def test_a_broadcast_view_maps_when_every_copy_of_an_element_agrees():
     g.set_tile_mapping(v.broadcast(2, 0), 1)
     g.set_tile_mapping(v.broadcast(2, 0), np.array([2, 3, 0, 2, 3, 0]))
     assert g.element_tiles(v).tolist() == [2, 3, 0]
+
+
+def test_a_graphs_tile_mapping_reads_as_poplars_per_tile_lists():
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    v = g.add_variable(FLOAT, (2, 6), "v")
+    g.set_tile_mapping(v, [[(0, 3)], [(3, 6), (9, 12)], [], [(6, 9)]])
+    mapping = g.get_tile_mapping(v)
+    assert len(mapping) == 4 and mapping[1] == [(3, 6), (9, 12)] and mapping[2] == []
+    assert list(mapping) == [[(0, 3)], [(3, 6), (9, 12)], [], [(6, 9)]]
+    g.set_tile_mapping(v, list(mapping))   # round trip through Poplar's form
+    assert g.get_tile_mapping(v) == mapping
+    with pytest.raises(GrucIndexError, match=r"tile 4 does not exist; the target has tiles 0..3"):
+        mapping[4]
+    with pytest.raises(GrucError, match=r"made without a target"):
+        len(TileMapping.from_element_tiles(np.zeros(3, dtype=np.int64)))
