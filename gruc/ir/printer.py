@@ -1,9 +1,9 @@
 """The text IR printer: a :class:`~gruc.ir.module.Module` as one deterministic text (docs/ir.md).
 
-Printing is the contract side of DESIGN.md §9: the same module prints to the same bytes in every
-run and process (nothing depends on ``id()`` or hash order), and the parser reads every printed
-module back.  Names are a printing concern (anchors-style rule 4): tensors, compute sets and
-functions carry only optional hints, and :class:`Naming` turns them into unique SSA names in
+Printing is the contract side of the text IR (docs/ir.md): the same module prints to the same
+bytes in every run and process (nothing depends on ``id()`` or hash order), and the parser reads
+every printed module back.  Names are a printing concern: tensors, compute sets and functions
+carry only optional hints, and :class:`Naming` turns them into unique SSA names in
 first-appearance order, the way JAX's ``JaxprPpContext`` does.  The JSON serialiser reuses the same
 :class:`Naming`, so the two formats agree on every name.
 

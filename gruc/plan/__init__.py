@@ -1,5 +1,5 @@
 """Planning studies: tile memory, exchange and cycles of GRU layers across many configurations,
-without running them (SPEC I5).
+without running them (``gruc plan``).
 
 * :func:`plan_layer` / :func:`plan_program`: the report a run would give, from compile + memory
   plan + static step counts (:mod:`gruc.plan.static`), with no lowering, kernels or execution.

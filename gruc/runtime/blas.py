@@ -13,7 +13,7 @@ same sums in another order, so results differ from one library to the other in t
 they do between BLAS builds.
 
 Every product must have the same bits whenever it is taken — a layer split into time shards
-must give the unsplit layer's results bit for bit (SPEC G2).  MKL is put in its strict
+must give the unsplit layer's results bit for bit (the ``shard`` pass's promise).  MKL is put in its strict
 reproducible mode (``MKL_CBWR_Set(AUTO | STRICT)``: the same bits whatever the threads and the
 alignment of the arrays; measured here, no slower).  Without it a packed and a plain product of
 32x1536 by 1536x512 round differently, and a shard's first step would not have matched the
