@@ -60,13 +60,3 @@ def dtype_of(value: DType | str) -> DType:
         return _BY_NAME[value.lower()]
     allowed = ", ".join(t.name for t in ALL_TYPES)
     raise GrucTypeError(f"unknown element type {value!r}; allowed: {allowed}")
-
-
-def dtype_from_numpy(dtype: np.dtype) -> DType:
-    """Map a numpy dtype to the IR type that stores it."""
-    dtype = np.dtype(dtype)
-    for t in ALL_TYPES:
-        if t.storage == dtype:
-            return t
-    raise GrucTypeError(f"numpy dtype {dtype} has no gruc element type; allowed: "
-                        + ", ".join(str(t.storage) for t in ALL_TYPES))

@@ -246,11 +246,6 @@ class ModuleBuilder:
             raise GrucValueError(f"vertex parameter name(s) {sorted(reserved)} are reserved")
         self.graph.add_vertex(cs, kind, fields, tile, **params)
 
-    def compute_set_of(self, symbol: str) -> ComputeSet:
-        if symbol not in self.compute_sets:
-            raise GrucValueError(f"compute set {symbol} is not defined")
-        return self.compute_sets[symbol]
-
     def declare_function(self, symbol: str, name: str) -> Function:
         if symbol in self.functions or symbol in self.compute_sets:
             raise GrucValueError(f"{symbol} is defined twice")

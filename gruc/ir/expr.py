@@ -602,9 +602,6 @@ OPS: Mapping[Op, OpDef] = {
 """The meaning of every op, in one place.  ``types`` of select are its two values' types (the
 condition is always bool); ops in BOOL_RESULT_OPS give bool, every other op its operands' type."""
 
-UNARY_NUMPY: Mapping[Unary, Callable[..., np.ndarray]] = {op: OPS[op].numpy for op in Unary}
-BINARY_NUMPY: Mapping[Binary, Callable[..., np.ndarray]] = {op: OPS[op].numpy for op in Binary}
-TERNARY_NUMPY: Mapping[Ternary, Callable[..., np.ndarray]] = {op: OPS[op].numpy for op in Ternary}
 SCALAR_SOURCE: Mapping[Op, str] = {op: d.source for op, d in OPS.items()}
 """A Python expression template per op, for code generators (``str.format`` with operand names).
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from gruc.errors import GrucTypeError
 from gruc.ir.graph import Graph
-from gruc.ir.program import Call, Program
+from gruc.ir.program import Program
 
 
 @dataclass(eq=False)
@@ -35,7 +35,3 @@ class Module:
             yield from program.walk()
         for function in self.graph.functions:
             yield from function.program.walk()
-
-    def called_functions(self) -> set[int]:
-        """``id`` of each function some ``Call`` names."""
-        return {id(node.function) for node in self.walk() if isinstance(node, Call)}

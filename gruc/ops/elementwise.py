@@ -25,7 +25,6 @@ import numpy as np
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir import expr as ex
 from gruc.ir.graph import Graph, check_op_args
-from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, require_writable, share_elements
 from gruc.types import DType, dtype_of

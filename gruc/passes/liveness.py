@@ -182,9 +182,6 @@ class Liveness:
     def not_always_live_at(self, step: int) -> frozenset[int]:
         return self.occupied_at(step) - self.always_live
 
-    def is_always_live(self, variable: int) -> bool:
-        return variable in self.always_live
-
     def interferes(self, a: int, b: int) -> bool:
         """True if ``a`` and ``b`` (distinct) may not share bytes."""
         if a == b:

@@ -141,8 +141,9 @@ class GruParams(GrucModel):
         return 3 + (not self.output_full_sequence) + self.reset_after
 
     def with_lengths(self, lengths: Tensor | None) -> "GruParams":
-        """The same layer with another lengths tensor."""
-        return self.model_copy(update={"var_time_steps": lengths})
+        """The same layer with another lengths tensor, checked as a new one would be (a copy
+        with an update would skip the lengths rules)."""
+        return type(self)(**{**dict(self), "var_time_steps": lengths})
 
 
 _PARTIALS = {"half": "half", "float": "float"}

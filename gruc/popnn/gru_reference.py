@@ -47,7 +47,7 @@ import numpy as np
 from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError
 
 __all__ = [
-    "ACTIVATIONS", "GATES", "DEFAULT_CELL_ORDER", "TOLERANCES",
+    "ACTIVATIONS", "GATES", "DEFAULT_CELL_ORDER",
     "ForwardResult", "BackwardResult", "WeightGrads", "TrainStepResult", "RandomInputs",
     "forward", "backward", "weight_update", "train_step",
     "activation_forward", "activation_backward", "intermediate_names",
@@ -90,8 +90,6 @@ _ACTIVATION_ALIASES = {name: name for name in ACTIVATIONS} | {"hardsigmoid": "ha
 _TOLERANCES = {"float": (0.10, 1e-5), "half": (0.3, 7e-2)}
 _DTYPE_ALIASES = {"float": "float", "float32": "float", "f32": "float",
                   "half": "half", "float16": "half", "f16": "half"}
-TOLERANCES = dict(_TOLERANCES)
-"""poplibs' ``gru_layer`` default (relative, absolute) tolerances by device element type."""
 
 
 def _name_of(value: Any) -> str | None:

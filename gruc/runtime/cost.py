@@ -334,9 +334,10 @@ def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:
     """A copy side's element tiles as :func:`_copy_counts` takes them: its first row alone, and
     True, when its rows repeat (a sequence the table stores as one row: never expanded, though
     the other side is a sequence mapped element by element), else all of them, and False."""
-    if tiles.ndim > 1 and len(tiles) > 1 and repeats_its_rows(tiles):
-        return np.ascontiguousarray(tiles[0].reshape(-1)), True
-    return np.ascontiguousarray(tiles.reshape(-1)), False
+    alike = tiles.ndim > 1 and len(tiles) > 1 and repeats_its_rows(tiles)
+    flat = np.ascontiguousarray((tiles[0] if alike else tiles).reshape(-1)).view()
+    flat.flags.writeable = False  # always read-only: one compiled _copy_counts, not four
+    return flat, alike
 
 
 @njit(cache=True, nogil=True)

@@ -135,7 +135,7 @@ class _TraceBuilder:
             self.control(f"Repeat x{item.count}", start, total, "loop")
             if item.count:
                 body_end = self.walk(item.body, start)
-                self.rest(start, body_end, start + total, item.count)
+                self.later_iterations(body_end, start + total, item.count)
         elif isinstance(item, WhileLoop):
             trips = self.loop_trips.get(id(item), 0)
             self.control(f"RepeatWhileTrue x{trips}", start, total, "loop")
@@ -144,7 +144,7 @@ class _TraceBuilder:
             at += self.costs[item.step].total_cycles
             if trips:
                 body_end = self.walk(item.body, at)
-                self.rest(start, body_end, start + total, trips)
+                self.later_iterations(body_end, start + total, trips)
         elif isinstance(item, Branch):
             self.control("If", start, total, "branch")
             self.superstep(item.step, start)
@@ -155,7 +155,9 @@ class _TraceBuilder:
             self.walk(self.executable.functions[item.function], start)
         return start + total
 
-    def rest(self, loop_start: int, first_end: int, loop_end: int, iterations: int) -> None:
+    def later_iterations(self, first_end: int, loop_end: int, iterations: int) -> None:
+        """One event for a loop's iterations after the first, whose steps are drawn once: a
+        long loop stays a handful of events, and its time is still all accounted for."""
         if iterations > 1 and loop_end > first_end:
             name = f"iterations 2..{iterations}"
             self.control(name, first_end, loop_end - first_end, "loop")

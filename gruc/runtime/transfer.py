@@ -70,7 +70,9 @@ class Transfer:
                  host_order: bool = False) -> None:
         self.dtype = operand.dtype
         self.index = operand.index.reshape(-1)
-        self.host = np.arange(len(self.index), dtype=np.int64) if positions is None else positions
+        host = np.arange(len(self.index), dtype=np.int64) if positions is None else positions
+        self.host = host.view()
+        self.host.flags.writeable = False  # read-only like the index: one compiled _move_index
         self.bases, self.positions, self.lengths = runs_by_address(self.index, self.host,
                                                                    host_order=host_order)
         self.runs = len(self.lengths) * SEGMENT_MIN_AVERAGE <= len(self.index)

@@ -120,6 +120,7 @@ def describe_vertex(vertex: LoweredVertex, position: int, compute_set: str) -> s
 
 
 _NO_PAIR = np.zeros(0, np.int64)
+_NO_PAIR.flags.writeable = False  # read-only, as a pair's index is: one compiled check
 
 
 def _int64(index: np.ndarray) -> np.ndarray:

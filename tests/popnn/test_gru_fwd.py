@@ -236,3 +236,17 @@ def test_host_data_uses_poplibs_distributions():
     assert data.x.min() >= -4 and data.x.max() <= 4 and np.abs(data.h0).max() <= 3
     assert lengths is not None and lengths.min() >= 1 and lengths.max() <= 2
     assert gru_reference.default_tolerances("half") == (0.3, 7e-2)
+
+
+def test_zero_initial_state_zeroes_a_state_the_host_wrote():
+    graph = Graph(Target.custom(tiles_per_ipu=16))
+    params = gru.GruParams(dtype=FLOAT, batch_size=2, max_time_steps=3, layer_sizes=(4, 5))
+    state = gru.create_initial_state(graph, params)
+    graph.create_host_write("h", state)
+    graph.create_host_read("h", state)
+    prog = Sequence()
+    gru.zero_initial_state(graph, state, prog)
+    engine = Engine(graph, prog, backend="numpy")
+    engine.write_tensor("h", np.ones(state.shape))
+    engine.run()
+    assert not engine.read_tensor("h").any()

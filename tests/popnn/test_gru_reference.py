@@ -501,3 +501,11 @@ def test_half_augru_layer_of_a_seed_that_drew_an_attention_of_one_passes():
                             backend="numpy")
     run = run_layer(config)
     assert run.passed, run.mismatches
+
+
+def test_activation_forward_is_each_activations_float64_definition():
+    x = np.linspace(-4.0, 4.0, 17)
+    assert np.allclose(ref.activation_forward("tanh", x), np.tanh(x), rtol=0, atol=1e-15)
+    assert np.allclose(ref.activation_forward("sigmoid", x), 1 / (1 + np.exp(-x)), atol=1e-15)
+    assert np.allclose(ref.activation_forward("relu", x), np.maximum(x, 0))
+    assert np.allclose(ref.activation_forward("hard_sigmoid", x), np.clip(0.2 * x + 0.5, 0, 1))

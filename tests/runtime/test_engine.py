@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -275,6 +276,10 @@ def test_report_json_has_poplar_like_keys_and_the_trace_nests(tmp_path):
     assert cycles["total"] == cycles["compute"] + cycles["exchange"] + cycles["sync"] > 0
     assert "bytes_received_by_tile" in report["exchange"]
     assert [s["executions"] for s in report["steps"]] == [3, 1]
+    text = io.StringIO()   # Poplar's printProfileSummary, with every step's cost
+    engine.report.print_profile_summary(text, show_execution_steps=True)
+    steps = text.getvalue().split("execution steps")[1].splitlines()[1:]
+    assert [int(line.split()[1]) for line in steps] == [3, 1]
     engine.write_trace(tmp_path / "trace.json")
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert_properly_nested(trace["traceEvents"])
