@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -79,3 +80,40 @@ class GrucModel(BaseModel):
         """Frozen: pydantic's own refusal is a ValidationError, not a GrucError."""
         raise GrucTypeError(f"{type(self).__name__} is immutable: cannot set {name!r}; build a "
                             f"new {type(self).__name__} with the value you want")
+
+
+class OptionFlags(GrucModel):
+    """poplibs-style option flags: built from a dict of poplibs names (``{"partialsType":
+    "half"}``; field names work too), a model, or None.  poplibs' OptionFlags are strings, so
+    numbers may come as strings.  Every problem is a GrucOptionError in poplibs' words, naming
+    the option as the caller spelt it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    numbers_from_strings: ClassVar[bool] = True
+    kind: ClassVar[str] = "option"
+    """What the options configure, for messages (``"GRU"``, ``"matmul"``)."""
+
+    @classmethod
+    def parse(cls, options: Any) -> Any:
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return options
+        if not isinstance(options, Mapping):
+            raise GrucTypeError(f"{cls.kind} options must be a dict or {cls.__name__}, got "
+                                  f"{type(options).__name__}")
+        names = {field.alias or name: name for name, field in cls.model_fields.items()}
+        unknown = [key for key in options if key not in names and key not in names.values()]
+        if unknown:
+            raise GrucOptionError(f"Unrecognised {cls.kind} option {unknown[0]!r}; valid "
+                                  f"options: {', '.join(sorted(names))}")
+        try:
+            return cls(**options)
+        except GrucOptionError:
+            raise
+        except GrucValueError as error:  # a bad value of a known option is an option error
+            message = str(error)
+            for poplibs_name, name in names.items():
+                for spelt in (name, poplibs_name):
+                    message = message.replace(f"{cls.__name__}.{spelt} ", f"{poplibs_name} ")
+            raise GrucOptionError(f"bad {cls.kind} option: {message}") from None

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 from pydantic import Field, field_validator
 
-from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError
+from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking, mac_cycles
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
@@ -53,7 +53,7 @@ from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
-from gruc.validated import GrucModel
+from gruc.validated import OptionFlags
 
 __all__ = ["FullyConnectedPass", "MatMulOptions", "MatMulPlan", "plan_mat_mul", "mat_mul",
            "mat_mul_acc", "create_mat_mul_input_lhs", "create_mat_mul_input_rhs",
@@ -71,18 +71,22 @@ class FullyConnectedPass(str, enum.Enum):
     TRAINING_WU = "TRAINING_WU"
 
 
-class MatMulOptions(GrucModel):
-    """Matmul options (poplibs names in a dict map to these fields; see :data:`OPTION_NAMES`)."""
+class MatMulOptions(OptionFlags):
+    """poplin's matmul options; build from a dict of poplibs names with :func:`matmul_options`."""
 
-    numbers_from_strings: ClassVar[bool] = True  # poplibs' OptionFlags are strings
+    kind: ClassVar[str] = "matmul"
 
     available_memory_proportion: float = Field(
-        0.6, ge=0, description="Fraction of a tile's bytes the plan may use for temporaries.")
-    partials_type: DType = Field(FLOAT, description="Type of the partial products: half or float.")
+        0.6, ge=0, alias="availableMemoryProportion",
+        description="Fraction of a tile's bytes the plan may use for temporaries.")
+    partials_type: DType = Field(FLOAT, alias="partialsType",
+                                 description="Type of the partial products: half or float.")
     fully_connected_pass: FullyConnectedPass = Field(
-        FullyConnectedPass.NONE, description="Pass of a fully connected layer (informational).")
+        FullyConnectedPass.NONE, alias="fullyConnectedPass",
+        description="Pass of a fully connected layer (informational).")
     input_rhs_is_pre_arranged: bool = Field(
-        False, description="B comes from pre_arrange_mat_mul_input_rhs with the same A shape.")
+        False, alias="inputRHSIsPreArranged",
+        description="B comes from pre_arrange_mat_mul_input_rhs with the same A shape.")
 
     @field_validator("partials_type", mode="before")
     @classmethod
@@ -101,37 +105,9 @@ class MatMulOptions(GrucModel):
         return value.upper() if isinstance(value, str) else value
 
 
-OPTION_NAMES: dict[str, str] = {
-    "availableMemoryProportion": "available_memory_proportion",
-    "partialsType": "partials_type",
-    "fullyConnectedPass": "fully_connected_pass",
-    "inputRHSIsPreArranged": "input_rhs_is_pre_arranged",
-}
-"""poplibs option name -> :class:`MatMulOptions` field."""
-
-
 def matmul_options(options: "Mapping[str, Any] | MatMulOptions | None") -> MatMulOptions:
     """Options from a dict of poplibs names (snake_case field names work too), a model or None."""
-    if options is None:
-        return MatMulOptions()
-    if isinstance(options, MatMulOptions):
-        return options
-    if not isinstance(options, Mapping):
-        raise GrucTypeError(f"matmul options must be a dict or MatMulOptions, got "
-                            f"{type(options).__name__}")
-    fields = set(OPTION_NAMES.values())
-    unknown = sorted(str(key) for key in options if key not in OPTION_NAMES and key not in fields)
-    if unknown:
-        raise GrucOptionError(f"unknown matmul option(s) {', '.join(unknown)}; valid options: "
-                              + ", ".join(sorted(OPTION_NAMES)))
-    try:
-        return MatMulOptions(**{OPTION_NAMES.get(key, key): value
-                                for key, value in options.items()})
-    except GrucValueError as error:
-        message = str(error)
-        for poplibs_name, field_name in OPTION_NAMES.items():
-            message = message.replace(f"MatMulOptions.{field_name}", poplibs_name)
-        raise GrucOptionError(f"bad matmul option: {message}") from None
+    return MatMulOptions.parse(options)
 
 
 # ---- shapes -----------------------------------------------------------------------------------

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import numbers
 from enum import Enum
-from typing import Any, ClassVar, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import numpy as np
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from gruc.errors import GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError, expect
+from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.graph import check_op_args
 from gruc.ir.tensor import Tensor, concat
 from gruc.ops.rnn_geometry import RnnParams
 from gruc.popnn.gru_reference import normalize_cell_order
 from gruc.types import DType, dtype_of
-from gruc.validated import GrucModel
+from gruc.validated import GrucModel, OptionFlags
 
 GATES = ("reset", "update", "candidate")
 """The internal gate order (poplibs' ``BasicGruCellUnit`` enum order)."""
@@ -40,6 +40,10 @@ def float_dtype(value: Any) -> DType:
     if not dtype.is_float:
         raise ValueError(f"must be half or float, got {dtype.name}")
     return dtype
+
+
+FloatDType = Annotated[DType, BeforeValidator(float_dtype)]
+"""A model field holding a layer's element type, HALF or FLOAT, given by DType or name."""
 
 
 class Activation(str, Enum):
@@ -69,7 +73,8 @@ class GruParams(GrucModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    dtype: DType = Field(description="Element type of activations and weights (HALF or FLOAT).")
+    dtype: FloatDType = Field(
+        description="Element type of activations and weights (HALF or FLOAT).")
     batch_size: int = Field(ge=1, description="Batch rows B.")
     max_time_steps: int = Field(ge=1, description="Sequence length S (the loop's maximum).")
     layer_sizes: tuple[int, int] = Field(description="(input size I, hidden size H).")
@@ -81,11 +86,6 @@ class GruParams(GrucModel):
     reset_after: bool = Field(False, description="Apply the reset gate after the matmul (Keras v1).")
     activation: Activation = Field(Activation.TANH, description="Candidate activation.")
     recurrent_activation: Activation = Field(Activation.SIGMOID, description="Gate activation.")
-
-    @field_validator("dtype", mode="before")
-    @classmethod
-    def _dtype(cls, value: Any) -> DType:
-        return float_dtype(value)
 
     @field_validator("layer_sizes", mode="before")
     @classmethod
@@ -149,8 +149,10 @@ class GruParams(GrucModel):
 _PARTIALS = {"half": "half", "float": "float"}
 
 
-class GruOptions(GrucModel):
+class GruOptions(OptionFlags):
     """poplibs' GRU option flags; build from a dict with :meth:`parse`."""
+
+    kind: ClassVar[str] = "GRU"
 
     inference_only: bool = Field(
         True, alias="inferenceOnly",
@@ -165,8 +167,6 @@ class GruOptions(GrucModel):
     rnn_code_reuse: bool | None = Field(None, alias="rnnCodeReuse",
                                         description="Build the loop body once and call it.")
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    numbers_from_strings: ClassVar[bool] = True  # poplibs' OptionFlags are strings
 
     @field_validator("partials_type", mode="before")
     @classmethod
@@ -181,28 +181,6 @@ class GruOptions(GrucModel):
         if name not in _PARTIALS:
             raise ValueError(f"partialsType {value!r} is not one of: half, float")
         return name
-
-    @classmethod
-    def parse(cls, options: "GruOptions | dict[str, Any] | None") -> "GruOptions":
-        """Options from poplibs names (``{"inferenceOnly": False}``), a model, or None."""
-        if options is None:
-            return cls()
-        if isinstance(options, GruOptions):
-            return options
-        if not isinstance(options, dict):
-            raise GrucOptionError(f"GRU options must be a dict or GruOptions, got "
-                                  f"{type(options).__name__}")
-        valid = {f.alias or name: name for name, f in cls.model_fields.items()}
-        unknown = [k for k in options if k not in valid and k not in valid.values()]
-        if unknown:
-            raise GrucOptionError(f"Unrecognised GRU option {unknown[0]!r}; valid options: "
-                                  + ", ".join(sorted(valid)))
-        try:
-            return cls(**options)
-        except GrucOptionError:
-            raise
-        except GrucValueError as error:  # a bad value of a known option is an option error
-            raise GrucOptionError(str(error)) from None
 
     def matmul_options(self, fully_connected_pass: str) -> dict[str, Any]:
         """The options every matmul of the layer gets (poplibs' ``getMMOpts``)."""

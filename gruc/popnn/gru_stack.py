@@ -42,9 +42,8 @@ from gruc.ir.tensor import Tensor, concat
 from gruc.ops.elementwise import map, map_in_place
 from gruc.popnn import gru
 from gruc.popnn.gru_io import GruHostWeights
-from gruc.popnn.gru_params import GATES, GruOptions, GruParams, GruWeights, float_dtype
+from gruc.popnn.gru_params import GATES, FloatDType, GruOptions, GruParams, GruWeights
 from gruc.popnn.gru_reference import normalize_cell_order
-from gruc.types import DType
 from gruc.validated import GrucModel
 
 DIRECTION_SUFFIXES = ("", "_reverse")
@@ -54,7 +53,8 @@ DIRECTION_SUFFIXES = ("", "_reverse")
 class GruStackParams(GrucModel):
     """The shape and variant of a stack of GRU layers (PyTorch ``nn.GRU``'s constructor)."""
 
-    dtype: DType = Field(description="Element type of activations and weights (HALF or FLOAT).")
+    dtype: FloatDType = Field(
+        description="Element type of activations and weights (HALF or FLOAT).")
     batch_size: int = Field(ge=1, description="Batch rows B.")
     max_time_steps: int = Field(ge=1, description="Sequence length S.")
     input_size: int = Field(ge=1, description="Features I of the stack's input.")
@@ -65,11 +65,6 @@ class GruStackParams(GrucModel):
     cell_order: tuple[str, str, str] = Field(GATES, description="Gate order of dim 0 of weights.")
     calc_input_gradients: bool = Field(
         True, description="Backward computes the stack input's gradient (inner layers always do).")
-
-    @field_validator("dtype", mode="before")
-    @classmethod
-    def _dtype(cls, value: Any) -> DType:
-        return float_dtype(value)
 
     @field_validator("cell_order", mode="before")
     @classmethod

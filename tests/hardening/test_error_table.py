@@ -444,7 +444,8 @@ BAD_INPUTS = [
      "'int'"),
     ("gru-option-partials-number", lambda: GruOptions.parse({"partialsType": 3}),
      GrucOptionError, "partialsType 3 is not one of: half, float"),
-    ("gru-options-int", lambda: GruOptions.parse(5), GrucOptionError, "int"),
+    ("gru-options-int", lambda: GruOptions.parse(5), GrucTypeError,
+     "GRU options must be a dict or GruOptions, got int"),
     ("gru-shards-too-many", lambda: gru_fwd(options={"numShards": 99}), GrucOptionError, "99"),
     ("matmul-option-unknown", lambda: (lambda g: mat_mul(g, var(g), var(g, (6, 5), name="w"),
                                                          Sequence(), options={"bogus": 1}))(
