@@ -140,6 +140,8 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
 
 
 def run(args: argparse.Namespace) -> int:
+    """``gruc gru``: build, compile, run and check the layer, print the summary; exit 1 when the
+    check against the float64 reference fails, so scripts can tell."""
     config = config_from(args)
     print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
           f"H={config.output_size} {config.data_type} phase={config.phase}"

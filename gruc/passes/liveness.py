@@ -66,6 +66,11 @@ class _Dataflow:
         self.memo: dict[tuple[int, int], int] = {}
 
     def transfer(self, node, out: int) -> int:
+        """The variables live before ``node`` given those live after it (``out``, a bitset),
+        recording each step's live-in and live-out on the way.  Loops iterate to a fixed point
+        (a body's reads feed its own next iteration); results are memoised per (node, out),
+        because a function called from many places, or a body revisited while a loop
+        converges, would otherwise be walked again and again."""
         if isinstance(node, LeafNode):
             live = (out & node.keep) | node.gen
             self.live_in[node.step] |= live

@@ -230,6 +230,8 @@ class Shard:
                f"got {self.num_shards!r}")
 
     def apply(self, module: Module) -> Module:
+        """Find the time loops, decide the count (asked, already built, or the heuristic), and
+        split them on a copy of the graph, since placement changes (see the module docstring)."""
         require_valid(module)
         loops, variable = find_time_loops(module)
         if not loops:

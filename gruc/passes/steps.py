@@ -213,6 +213,8 @@ class StepTree:
         return self._leaf(node, where)
 
     def check_no_recursion(self) -> None:
+        """Refuse a function that calls itself, directly or not: Poplar functions cannot
+        recurse, and the analyses that walk calls would not end."""
         state = [0] * len(self.functions)  # 0 new, 1 on the stack, 2 done
 
         def visit(f: int) -> None:

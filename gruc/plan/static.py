@@ -198,6 +198,8 @@ class _Counter:
         counts[step] = total
 
     def add(self, item, times: int, counts: np.ndarray) -> None:
+        """Count ``times`` executions of ``item`` into ``counts`` (per step).  Multiplies through
+        loop counts rather than unrolling them, so a 2,000-step loop costs what one step does."""
         if times == 0:
             return
         if isinstance(item, _Leaf):

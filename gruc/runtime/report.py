@@ -215,6 +215,8 @@ class Report:
 
     # ---- output -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The report as ``report.json`` holds it: plain JSON types, keys named after Poplar's
+        profile where one exists, so tools written for Poplar reports find their way."""
         cycles = self.cycles
         return {
             "target": self.target.model_dump(),
@@ -255,6 +257,8 @@ class Report:
         return text
 
     def summary_lines(self) -> list[str]:
+        """The few lines every command prints after a compile or run: memory, cycles,
+        exchange, and the worst tile, so a glance says whether the layer fits and why not."""
         cycles = self.cycles
         used = int(np.count_nonzero(self.total_bytes))
         lines = [

@@ -54,6 +54,8 @@ class _TraceBuilder:
 
     # ---- durations in cycles ---------------------------------------------------------------
     def duration(self, item) -> int:
+        """Cycles ``item`` takes, from the step costs and the trip counts of the run; memoised,
+        since a loop's body and a called function are timed once however often they occur."""
         key = id(item)
         if key in self._durations:
             return self._durations[key]
