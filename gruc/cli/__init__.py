@@ -31,10 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _QuietWhenTheReaderLeaves:
+    """stdout that, once its reader has gone (``gruc plan --plots | head -1``), sends the rest
+    to /dev/null and lets the command finish: the files it writes (rows, plots, profiles) and
+    its exit code must not depend on whether anyone still reads the summary."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):  # not a file descriptor (a test's capture): drop it
+            self._stream = open(os.devnull, "w", encoding="utf-8")
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gruc`` with ``argv`` (default: the process arguments); return the exit code."""
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    stdout, sys.stdout = sys.stdout, _QuietWhenTheReaderLeaves(sys.stdout)
     try:
         return int(args.run(args) or 0)
     except GrucError as error:
@@ -53,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gruc {args.command}: error: cannot use{where}: {error.strerror or error}",
               file=sys.stderr)
         return 2
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -146,4 +146,4 @@ def parse_values(text: str, convert: Callable[[str], Any], *, flag: str,
             values.append(convert(part))
         except (ValueError, argparse.ArgumentTypeError) as error:
             raise GrucValueError(f"{flag} value {part!r}: {error}") from None
-    return tuple(values)
+    return tuple(dict.fromkeys(values))  # a value given twice is one configuration

@@ -31,7 +31,7 @@ from gruc.ir.module import Module
 from gruc.ops.rnn_geometry import shard_time_bounds
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
-from gruc.passes.pipeline import parse_pipeline
+from gruc.passes.pipeline import format_pipeline, parse_pipeline
 from gruc.passes.shard import Shard, shard_count
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
@@ -60,11 +60,12 @@ TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 
 
 def effective_pipeline(pipeline: str | None) -> str:
-    """The pipeline a compile runs: ``pipeline``, or the engine's default for None."""
+    """The pipeline a compile runs, in canonical form (``a, b{x=1}`` and ``a,b{x=1}`` are one
+    pipeline, so one row): ``pipeline``, or the engine's default for None.  A bad pipeline is
+    refused here, before any work."""
     if pipeline is None:
         return DEFAULT_PIPELINE
-    parse_pipeline(pipeline)  # a bad pipeline is refused before any work
-    return pipeline
+    return format_pipeline(parse_pipeline(pipeline))
 
 
 def config_key(config: GruLayerConfig, pipeline: str | None = None) -> str:

@@ -6,8 +6,10 @@ is written at once, and both files are replaced atomically
 sees the previous complete set of rows or the new one, never a torn file.  ``rows.json`` is the
 record the next run resumes from: rows are keyed by their ``config`` column (the canonical flags
 of the configuration), so a configuration already there is not computed again, whatever the grid
-it came from.  One sweep at a time per directory, which is what lets a new run delete the
-temporary files a killed one left.
+it came from.  One sweep at a time per directory: a store holds an exclusive lock on
+``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows
+would each drop the other's), which is also what lets a new run delete the temporary files a
+killed one left.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import csv
 import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
 
 JSON_NAME = "rows.json"
 CSV_NAME = "rows.csv"
+LOCK_NAME = ".gruc-plan.lock"
 
 
 def cell_text(value: Any) -> str:
@@ -43,6 +47,7 @@ class RowStore:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise GrucValueError(f"output directory {str(self.directory)!r} is a file")
+        self._lock = _lock(self.directory)
         self.rows: list[dict[str, Any]] = []
         self._by_key: dict[str, dict[str, Any]] = {}
         path = self.json_path
@@ -61,6 +66,22 @@ class RowStore:
         for name in (JSON_NAME, CSV_NAME):  # what a killed run was writing: never a result
             for stale in self.directory.glob(f"{TEMPORARY_PREFIX}*-{name}"):
                 stale.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Write the files one last time (an interrupted sweep leaves them in step) and let
+        another sweep use the directory."""
+        if self._lock is not None:
+            try:
+                self.write()
+            finally:
+                self._lock.close()
+                self._lock = None
+
+    def __enter__(self) -> "RowStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def json_path(self) -> Path:
@@ -112,3 +133,23 @@ class RowStore:
         for row in self.rows:
             writer.writerow({k: cell_text(v) for k, v in row.items()})
         write_text_atomically(self.csv_path, buffer.getvalue())
+
+
+def _lock(directory: Path):
+    """An open lock file holding an exclusive lock on ``directory`` (made if need be); a
+    GrucValueError if another process holds it.  Where ``fcntl`` is missing (Windows) nothing
+    is locked."""
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / LOCK_NAME, "a")
+    if sys.platform == "win32":
+        return handle
+    import fcntl
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise GrucValueError(f"another gruc plan is writing rows in {str(directory)!r}; one "
+                             "sweep at a time per --out (wait for it, or choose another "
+                             "directory)") from None
+    return handle

@@ -5,11 +5,14 @@ plan costs up to seconds, so the value is bracketed by doubling from the start v
 fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
 until one does — then pinned down between the two, probing where the busiest tile's bytes,
 interpolated, reach its capacity, and bisecting where that does not narrow the bracket fast
-enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  This assumes
-fitting is monotone in the flag (fits up to some value, never again after), which holds for
-the sizes of a layer *at a fixed shard count*: with poplibs' shard heuristic (no ``--shards``)
-a longer sequence may get more shards and fit again, so fix ``--shards`` when searching the
-sequence length.  A flag where more is better (tiles per IPU)
+enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  The answer is a
+boundary — it fits, the next value does not — and the largest value only where fitting is
+monotone in the flag.  It is nearly so for a layer's sizes at a fixed shard count, not exactly:
+as a size grows the tile split of a product or a sequence changes, so the busiest tile's bytes
+can dip and a value a little past the boundary may fit again (batch 752 fits where 751 does not,
+16 tiles, 64×64); finding every such value would take a scan.  With poplibs' shard heuristic
+(no ``--shards``) a longer sequence may get more shards and fit again, so fix ``--shards`` when
+searching the sequence length.  A flag where more is better (tiles per IPU)
 just runs to the ``limit``.  A value gruc refuses (a configuration error, or more shards than
 the target has room for) counts as not fitting, and the result says why — except below every
 value it accepts: a search of the sequence length with ``--shards 5`` starts at 1, which is too
@@ -190,26 +193,25 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
         raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
                              f"{start}")
     points = _points(spec, flag, start)
-    store = RowStore(out)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
                                swept=(*spec.parameters, flag), pipeline=spec.pipeline)
-    known = _known_rows(store, flag)
-    items = [{"config": config.model_dump(),
-              "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}
-             for config in points]
-    if len(points) == 1:
-        searched = [_search_here(search, items[0], flag, store, progress)]
-    else:
-        searched = _search_on(executor, search, items, store, progress)
-    results = []
-    for config, (good, bad, seen) in zip(points, searched):
-        point = {name: getattr(config, name) for name in spec.parameters}
-        probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
-        results.append(FindMaxResult(flag, point, good, None if good is None else seen[good],
-                                     None if bad is None else seen[bad], probes))
-    # the files list each point's plans by value, the points in grid order
-    store.arrange([row["config"] for result in results for row in result.probes])
-    store.write()
+    with RowStore(out) as store:  # closing writes the files: in step even when interrupted
+        known = _known_rows(store, flag)
+        items = [{"config": config.model_dump(),
+                  "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}
+                 for config in points]
+        if len(points) == 1:
+            searched = [_search_here(search, items[0], flag, store, progress)]
+        else:
+            searched = _search_on(executor, search, items, store, progress)
+        results = []
+        for config, (good, bad, seen) in zip(points, searched):
+            point = {name: getattr(config, name) for name in spec.parameters}
+            probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
+            results.append(FindMaxResult(flag, point, good, None if good is None else seen[good],
+                                         None if bad is None else seen[bad], probes))
+        # the files list each point's plans by value, the points in grid order
+        store.arrange([row["config"] for result in results for row in result.probes])
     return results
 
 

@@ -91,30 +91,30 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     start = time.perf_counter()
     configs = spec.configs()
     keys = [config_key(c, spec.pipeline) for c in configs]
-    store = RowStore(out)
-    for config, key in zip(configs, keys):  # rows another grid left get this grid's columns
-        row = store.get(key)
-        if row is not None:
-            row.update({k: v for k, v in parameter_values(config, spec.parameters).items()
-                        if k not in row})
-    first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeated value runs once
-    todo = [k for key, k in sorted(first.items(), key=lambda item: item[1]) if key not in store]
-    skipped = len(first) - len(todo)
-    own = executor is None
-    executor = make_executor() if own else executor
-    bar = Progress(len(first), enabled=progress)
-    bar.update(skipped, "(resumed)" if skipped else "")
-    task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline)
-    try:
-        items = [configs[k].model_dump() for k in todo]
-        for done, (_, row) in enumerate(executor.map_unordered(task, items), start=1):
-            store.add(row)
-            bar.update(skipped + done)
-    finally:
-        bar.close()
-        if own:
-            executor.close()
-    store.arrange(keys)
-    store.write()  # also when nothing was computed, so the CSV exists beside the JSON
+    with RowStore(out) as store:  # closing writes the files: in step even when interrupted
+        for config, key in zip(configs, keys):  # rows another grid left get this grid's columns
+            row = store.get(key)
+            if row is not None:
+                row.update({k: v for k, v in parameter_values(config, spec.parameters).items()
+                            if k not in row})
+        first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeat runs once
+        todo = [k for key, k in sorted(first.items(), key=lambda item: item[1])
+                if key not in store]
+        skipped = len(first) - len(todo)
+        own = executor is None
+        executor = make_executor() if own else executor
+        bar = Progress(len(first), enabled=progress)
+        bar.update(skipped, "(resumed)" if skipped else "")
+        task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline)
+        try:
+            items = [configs[k].model_dump() for k in todo]
+            for done, (_, row) in enumerate(executor.map_unordered(task, items), start=1):
+                store.add(row)
+                bar.update(skipped + done)
+        finally:
+            bar.close()
+            if own:
+                executor.close()
+        store.arrange(keys)
     return SweepResult([store.get(key) for key in keys], len(todo), skipped,
                        time.perf_counter() - start, store)

@@ -2,11 +2,13 @@
 
 import json
 import re
+import shlex
+import subprocess
 
 import pytest
 
 from gruc.cli import main
-from cli_helpers import SIZES, SMALL, gruc
+from cli_helpers import GRUC, SIZES, SMALL, gruc
 
 
 
@@ -93,3 +95,16 @@ def test_passes_lists_the_registry(capsys):
         "    strict=False  Raise GrucOutOfMemory")
     shard_lines = "\n".join(lines)
     assert "    num-shards=0  Shards per time loop; 0: poplibs' memory heuristic" in shard_lines
+
+
+def test_a_reader_that_leaves_early_does_not_stop_the_work(tmp_path):
+    """``gruc plan --plots | head -1``: the rows and every plot are still written, exit 0."""
+    out = tmp_path / "study"
+    command = (f"{shlex.join(GRUC)} plan --batch-size 1,2 --sequence-size 3 "
+               f"--tiles-per-ipu 16 --jobs 1 --out {shlex.quote(str(out))} --plots | head -1")
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "metrics-batch_size.png", "tile-heatmap.png"]

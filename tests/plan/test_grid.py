@@ -21,6 +21,7 @@ KIND = {field: kind for _, field, kind, _ in FLAGS}
     ("0.1:0.4:0.1", float, (0.1, 0.2, 0.3, 0.4)),
     ("half, float", str, ("half", "float")),
     ("0,1", KIND["reset_after"], (False, True)),
+    ("2,2,3,2", int, (2, 3)),                           # a value given twice is one configuration
 ])
 def test_lists_and_ranges(text, convert, values):
     assert parse_values(text, convert, flag="--x") == values

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gruc.errors import GrucValueError
 from gruc.plan import ProcessExecutor, RowStore, SerialExecutor, SweepSpec, run_sweep
 from gruc.plan.layer import TIMING_COLUMNS
 
@@ -137,3 +138,43 @@ def test_progress_bar_on_request_or_on_a_terminal(tmp_path, capsys):
     assert "2/2" in err and "[" + "#" * 30 + "]" in err
     run_sweep(spec, tmp_path / "quiet", executor=SerialExecutor())   # stderr is no terminal
     assert capsys.readouterr().err == ""
+
+
+class InterruptedAfter(SerialExecutor):
+    """A serial executor whose user presses Ctrl-C after ``count`` rows."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def map_unordered(self, fn, items):
+        for done, result in enumerate(super().map_unordered(fn, items)):
+            if done == self.count:
+                raise KeyboardInterrupt
+            yield result
+
+
+def test_an_interrupted_sweep_leaves_csv_and_json_in_step(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(GRID, tmp_path, executor=InterruptedAfter(3))
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    table = list(csv.DictReader((tmp_path / "rows.csv").open()))
+    assert len(rows) == len(table) == 3
+    assert [r["config"] for r in rows] == [r["config"] for r in table]
+
+
+def test_one_sweep_at_a_time_per_directory(tmp_path):
+    """Two sweeps rewriting one directory's files from their own rows would drop each other's."""
+    with RowStore(tmp_path):
+        with pytest.raises(GrucValueError, match=r"another gruc plan is writing rows in .*one "
+                                                 r"sweep at a time per --out"):
+            run_sweep(GRID, tmp_path, executor=SerialExecutor())
+    assert run_sweep(GRID, tmp_path, executor=SerialExecutor()).computed == 24  # released
+
+
+def test_a_pipeline_spelt_differently_is_the_same_row(tmp_path):
+    spec = SweepSpec(fixed={"input_size": 8, "sequence_size": 4}, swept={"batch_size": (1, 2)},
+                     pipeline="canonicalize,dce")
+    assert run_sweep(spec, tmp_path, executor=SerialExecutor()).computed == 2
+    respelt = spec.model_copy(update={"pipeline": " canonicalize , dce "})
+    again = run_sweep(respelt, tmp_path, executor=SerialExecutor())
+    assert again.computed == 0 and again.skipped == 2
