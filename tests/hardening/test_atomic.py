@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 
 from gruc.errors import GrucValueError
-from gruc.plan.rows import RowStore
+from gruc.plan.rows import LOCK_NAME, RowStore
 from gruc.runtime.report import TEMPORARY_PREFIX, atomic_file, write_text_atomically
 
 CHILD = textwrap.dedent(r'''
     import json, os, sys, time
-    from gruc.plan.rows import RowStore
+    from gruc.plan.rows import LOCK_NAME, RowStore
     from gruc.runtime.report import write_text_atomically
     from gruc.runtime.trace import write_chrome_trace
 
@@ -113,7 +113,8 @@ def check_complete(kind: str, directory: Path) -> int:
 
 
 def results(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if not p.name.startswith(TEMPORARY_PREFIX))
+    return sorted(p.name for p in directory.iterdir()
+                  if not p.name.startswith(TEMPORARY_PREFIX) and p.name != LOCK_NAME)
 
 
 @pytest.mark.parametrize("kind", ["report", "trace", "rows"])
@@ -126,7 +127,7 @@ def test_killed_between_write_and_swap_leaves_the_old_file(kind, tmp_path):
     assert leftovers, "the killed write should have left its temporary file"
     assert check_complete(kind, tmp_path) == 1
     if kind == "rows":  # the next run of the sweep tidied what the killed one left
-        assert all(p.name in ("rows.csv", "rows.json") for p in tmp_path.iterdir())
+        assert all(p.name in ("rows.csv", "rows.json", LOCK_NAME) for p in tmp_path.iterdir())
     expected = {"report": ["report.json"], "trace": ["trace.json"],
                 "rows": ["rows.csv", "rows.json"]}[kind]
     assert results(tmp_path) == expected
