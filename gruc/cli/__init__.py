@@ -54,7 +54,9 @@ class _QuietWhenTheReaderLeaves:
 
     def _to_devnull(self) -> None:
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
         except (OSError, ValueError):  # not a file descriptor (a test's capture): drop it
             self._stream = open(os.devnull, "w", encoding="utf-8")
 

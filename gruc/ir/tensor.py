@@ -409,10 +409,11 @@ def require_writable(tensor: Tensor, what: str) -> None:
     constant = next((v.name for v in tensor.variables() if v.is_constant), None)
     expect(constant is None, GrucValueError,
            f"{what} cannot write into constant {constant!r}; constants are read-only")
-    names = ", ".join(repr(v.name) for v in tensor.variables())
-    expect(not tensor.has_repeats(), GrucValueError,
-           f"{what} cannot write into a view that holds some elements more than once (a "
-           f"broadcast or overlapping view of {names}); write the underlying tensor")
+    if tensor.has_repeats():  # names joined only then: this runs for every write an op makes
+        names = ", ".join(repr(v.name) for v in tensor.variables())
+        raise GrucValueError(f"{what} cannot write into a view that holds some elements more "
+                             f"than once (a broadcast or overlapping view of {names}); write the "
+                             "underlying tensor")
 
 
 def share_elements(a: Tensor, b: Tensor) -> bool:
