@@ -1,9 +1,13 @@
 """Sweep rows on disk: ``rows.json`` and ``rows.csv`` in the output directory, kept in step.
 
-Why this shape: a sweep may run for hours and be interrupted at any moment, so every finished row
-is written at once, and both files are replaced atomically
+Why this shape: a sweep may run for hours and be interrupted at any moment, so finished rows are
+written as they come, and both files are replaced atomically
 (:func:`~gruc.runtime.report.write_text_atomically`): a reader — or a killed sweep's next run —
-sees the previous complete set of rows or the new one, never a torn file.  ``rows.json`` is the
+sees the previous complete set of rows or the new one, never a torn file.  Rewriting both files
+costs time in the number of rows (0.1 s at 3,000), so a store rewrites them only once that much
+time has passed again tenfold since the last rewrite (:data:`WRITE_SHARE`): writing then takes
+at most a tenth of a sweep however many rows it has, and a killed sweep loses at most the rows
+of that last stretch (its next run computes them again).  Closing the store writes what is left.  ``rows.json`` is the
 record the next run resumes from: rows are keyed by their ``config`` column (the canonical flags
 of the configuration), so a configuration already there is not computed again, whatever the grid
 it came from.  One sweep at a time per directory: a store holds an exclusive lock on
@@ -19,6 +23,7 @@ import io
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,8 @@ from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
 JSON_NAME = "rows.json"
 CSV_NAME = "rows.csv"
 LOCK_NAME = ".gruc-plan.lock"
+WRITE_SHARE = 0.1
+"""At most this share of a sweep's time goes to rewriting its row files."""
 
 
 def cell_text(value: Any) -> str:
@@ -48,6 +55,7 @@ class RowStore:
         if self.directory.exists() and not self.directory.is_dir():
             raise GrucValueError(f"output directory {str(self.directory)!r} is a file")
         self._lock = _lock(self.directory)
+        self._next_write = 0.0     # time.monotonic() after which a finished row rewrites the files
         self.rows: list[dict[str, Any]] = []
         self._by_key: dict[str, dict[str, Any]] = {}
         path = self.json_path
@@ -107,9 +115,10 @@ class RowStore:
         return self._by_key.get(key)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Keep ``row`` and rewrite both files (atomically) with it."""
+        """Keep ``row``; rewrite both files (atomically) if the last rewrite is long enough ago."""
         self._remember(row)
-        self.write()
+        if time.monotonic() >= self._next_write:
+            self.write()
 
     def arrange(self, keys: list[str]) -> None:
         """Put the rows of ``keys`` last, in that order (a sweep's grid order: its workers finish
@@ -126,6 +135,8 @@ class RowStore:
         return list(seen)
 
     def write(self) -> None:
+        """Rewrite both files with every row now."""
+        started = time.monotonic()
         write_text_atomically(self.json_path, json.dumps(self.rows, indent=1))
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=self.columns(), lineterminator="\n")
@@ -133,6 +144,8 @@ class RowStore:
         for row in self.rows:
             writer.writerow({k: cell_text(v) for k, v in row.items()})
         write_text_atomically(self.csv_path, buffer.getvalue())
+        finished = time.monotonic()
+        self._next_write = finished + (finished - started) * (1 / WRITE_SHARE - 1)
 
 
 def _lock(directory: Path):

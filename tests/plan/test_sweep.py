@@ -178,3 +178,34 @@ def test_a_pipeline_spelt_differently_is_the_same_row(tmp_path):
     respelt = spec.model_copy(update={"pipeline": " canonicalize , dce "})
     again = run_sweep(respelt, tmp_path, executor=SerialExecutor())
     assert again.computed == 0 and again.skipped == 2
+
+
+def test_rewrites_take_a_bounded_share_of_a_sweep(tmp_path, monkeypatch):
+    """Rewriting both files grows with the rows, so a store rewrites them only once ten times
+    the last rewrite's time has passed; closing writes the rest."""
+    import gruc.plan.rows as rows_module
+
+    clock = [0.0]
+    monkeypatch.setattr(rows_module.time, "monotonic", lambda: clock[0])
+    real_write = rows_module.write_text_atomically
+
+    def slow_write(path, text):            # each file takes one second of the fake clock
+        clock[0] += 1.0
+        real_write(path, text)
+
+    monkeypatch.setattr(rows_module, "write_text_atomically", slow_write)
+
+    def on_disk():
+        return len(json.loads((tmp_path / "rows.json").read_text()))
+
+    with RowStore(tmp_path) as store:
+        store.add({"config": "a"})             # the first row is written at once
+        assert on_disk() == 1
+        clock[0] += 17.0                       # 2 s of writing allow 18 s of work before the next
+        store.add({"config": "b"})
+        assert on_disk() == 1
+        clock[0] += 1.0
+        store.add({"config": "c"})
+        assert on_disk() == 3
+        store.add({"config": "d"})
+    assert on_disk() == 4 and len(list(csv.DictReader((tmp_path / "rows.csv").open()))) == 4
