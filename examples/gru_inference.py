@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from gruc import FLOAT, Engine, Graph, Sequence, Target
-from gruc.ops.rnn_geometry import get_max_shards
+from gruc.rnn_geometry import get_max_shards
 from gruc.popnn import gru, gru_reference
 
 

@@ -5,11 +5,11 @@ builds the cell *once* as a loop body and runs it in ``Repeat`` loops, one per *
 time axis (``docs/poplibs-notes.md`` §1.3–1.5).  Each shard's part of every sequence tensor lives
 on its own set of tiles, time-major on each tile, so every step's dynamic slice and update is
 tile-local; more shards spread a long sequence over more tiles, fewer bytes per tile.  The
-geometry (grains, tile sets, shard bounds) is in :mod:`gruc.ops.rnn_geometry`; this module builds
+geometry (grains, tile sets, shard bounds) is in :mod:`gruc.rnn_geometry`; this module builds
 the graph.
 
 * ``create_input_tensor`` / ``create_output_tensor`` / ``create_recurrent_tensor`` /
-  ``create_initial_state``: variables mapped by :func:`~gruc.ops.rnn_geometry.sequence_tile_layout`.
+  ``create_initial_state``: variables mapped by :func:`~gruc.rnn_geometry.sequence_tile_layout`.
   One variable stands for poplibs' per-shard, per-tile variables: the memory planner lays a
   variable's elements on a tile in flat order, which for ``[S, B, F]`` is time-major, so each tile
   holds its elements of one step as one contiguous block, as in poplibs.
@@ -59,7 +59,7 @@ from gruc.ir.program import Call, Copy, Execute, Repeat, RepeatWhileTrue, Sequen
 from gruc.ir.tensor import Tensor, Variable, concat
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.elementwise import map, map_in_place, map_with_output
-from gruc.ops.rnn_geometry import (RnnParams, SequenceTileLayout, code_reuse_default,
+from gruc.rnn_geometry import (RnnParams, SequenceTileLayout, code_reuse_default,
                                    get_input_bytes_per_tile, get_max_shards,
                                    get_output_bytes_per_tile, sequence_tile_layout,
                                    shard_time_bounds)

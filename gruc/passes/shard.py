@@ -18,7 +18,7 @@ of the body, and read by nothing else; so the rows the loop visits are known exa
 reverse.  The sequence tensors are the variables those bases view; a variable copied element for
 element, on the same tiles, to or from one (the host's input of a layer) follows its placement.
 
-What it does (``N`` shards, poplibs' bounds :func:`~gruc.ops.rnn_geometry.shard_time_bounds`):
+What it does (``N`` shards, poplibs' bounds :func:`~gruc.rnn_geometry.shard_time_bounds`):
 
 * placement: the element of step ``t`` in shard ``k`` moves from tile ``x`` to ``x - k`` (mod the
   tile count).  This is poplibs' ``(tileOfShard + 1) * maxShards - 1 - shard`` (dithered) read
@@ -59,7 +59,7 @@ from gruc.ir.mapping import TileMapping
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
 from gruc.ir.tensor import Tensor, Variable, concat
-from gruc.ops.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
+from gruc.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
 from gruc.passes.rebase import add_vertex_like
 from gruc.passes.rewrite import (pass_output, rebuild, rebuild_programs, replacing,
                                  require_valid)

@@ -28,7 +28,7 @@ import numpy as np
 import gruc
 from gruc.errors import GrucError, GrucProgramError
 from gruc.ir.module import Module
-from gruc.ops.rnn_geometry import shard_time_bounds
+from gruc.rnn_geometry import shard_time_bounds
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
 from gruc.passes.pipeline import format_pipeline, parse_pipeline

@@ -37,7 +37,7 @@ from gruc.ops.nonlinearity import NonLinearity, forward_expression, non_linearit
 from gruc.ops.rnn import (RnnSlice, StateSequence, TimeStep, create_input_tensor,
                           create_output_tensor, create_recurrent_tensor, rnn)
 from gruc.ops.rnn import create_initial_state as create_rnn_state
-from gruc.ops.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
+from gruc.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
                                    gru_flops_wu, gru_num_shards)
 from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
                                    check_in_graph, check_layer_args, check_tensor, check_weights,

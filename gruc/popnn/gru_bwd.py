@@ -63,7 +63,7 @@ from gruc.ops.reduce import Operation, reduce, reduce_with_output
 from gruc.ops.rnn import (RnnSlice, TimeStep, create_input_tensor, create_output_tensor, rnn,
                           shift_rnn_tensor)
 from gruc.ops.rnn import create_initial_state as create_rnn_state
-from gruc.ops.rnn_geometry import code_reuse_default
+from gruc.rnn_geometry import code_reuse_default
 from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights,
                                    check_in_graph, check_layer_args, check_tensor, check_weights,
                                    require_attention, weights_in_order)

@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, field_validator, model_
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.graph import check_op_args
 from gruc.ir.tensor import Tensor, concat
-from gruc.ops.rnn_geometry import RnnParams
+from gruc.rnn_geometry import RnnParams
 from gruc.popnn.gru_reference import normalize_cell_order
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel, OptionFlags

@@ -36,7 +36,7 @@ from gruc.ir.verify import verify
 from gruc.ops import (add, cast, dynamic_slice, dynamic_update, fill, map, map_in_place,
                       map_with_output, mat_mul, mat_mul_acc, non_linearity, non_linearity_in_place,
                       reduce, scaled_add_to, zero)
-from gruc.ops.rnn_geometry import get_max_shards
+from gruc.rnn_geometry import get_max_shards
 from gruc.passes.pipeline import parse_pipeline
 from gruc.plan import SweepSpec, find_max, make_executor, parse_values, run_sweep
 from gruc.popnn import gru

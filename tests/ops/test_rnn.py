@@ -16,7 +16,7 @@ from gruc.ops import (RnnParams, StateSequence, create_initial_state, create_inp
                       create_output_tensor, create_recurrent_tensor, get_input_bytes_per_tile,
                       get_max_shards, get_output_bytes_per_tile, map, map_in_place,
                       map_with_output, rnn, shift_rnn_tensor, zero)
-from gruc.ops.rnn_geometry import sequence_tile_layout
+from gruc.rnn_geometry import sequence_tile_layout
 
 T20 = Target.custom(tiles_per_ipu=20)
 B, H = 3, 4

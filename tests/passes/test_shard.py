@@ -19,7 +19,7 @@ from gruc.ir.printer import print_module
 from gruc.ir.program import Repeat, Sequence
 from gruc.ops.elementwise import map_in_place
 from gruc.ops.rnn import create_initial_state, create_input_tensor, create_output_tensor, rnn
-from gruc.ops.rnn_geometry import RnnParams, shard_time_bounds
+from gruc.rnn_geometry import RnnParams, shard_time_bounds
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.shard import sequence_variables, shard_count
 from gruc.passes.time_loops import find_time_loops

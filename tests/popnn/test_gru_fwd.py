@@ -10,7 +10,7 @@ from gruc import FLOAT, Engine, Graph, GrucError, Sequence, Target
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
-from gruc.ops.rnn_geometry import get_max_shards
+from gruc.rnn_geometry import get_max_shards
 from gruc.popnn import gru, gru_reference
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data, run_layer
 

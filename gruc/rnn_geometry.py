@@ -2,8 +2,9 @@
 
 poplibs (``lib/popnn/Rnn.cpp``, ``Gru.cpp: getNumShards``) decides *where* every element of an RNN
 sequence tensor lives before it builds anything.  Those decisions are plain integer formulas, so
-they live here, apart from graph building: the ``rnn`` builder and the ``shard`` pass both call
-them, and a planning sweep can evaluate them for thousands of configurations without a graph.
+they live here, beside the target and the types, below graph building and the passes: the
+``rnn`` builder and the ``shard`` pass both call them, and a planning sweep can evaluate them
+for thousands of configurations without a graph.
 
 The model (``docs/poplibs-notes.md`` §1.2–1.3, §1.7):
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gruc.errors import GrucOptionError, GrucTypeError, GrucValueError
-from gruc.ops.rnn_geometry import (
+from gruc.rnn_geometry import (
     RnnParams, calculate_tile_usage, code_reuse_default, dither_seed, dither_tile,
     get_input_bytes_per_tile, get_max_shards, get_output_bytes_per_tile, gru_flops_bwd,
     gru_flops_fwd, gru_flops_wu, gru_num_shards, num_grains, sequence_tile_layout,
