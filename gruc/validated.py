@@ -95,6 +95,9 @@ class OptionFlags(GrucModel):
 
     @classmethod
     def parse(cls, options: Any) -> Any:
+        """The options of ``options`` (None, a model, or a dict by poplibs or field names).  An
+        unknown key is refused before validation, and a bad value's message is reworded to name the
+        option as poplibs does, both as GrucOptionErrors."""
         if options is None:
             return cls()
         if isinstance(options, cls):

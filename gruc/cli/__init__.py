@@ -22,6 +22,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``gruc`` parser with every subcommand registered, in the order ``gruc --help`` lists
+    them."""
     from gruc.cli import dump, gru, opt, passes, plan, trace, viz
 
     parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")

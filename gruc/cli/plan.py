@@ -107,6 +107,8 @@ def _heatmap(row: dict[str, Any], out: Path) -> None:
 
 
 def _choose(rows: list[dict[str, Any]], index: int | None) -> dict[str, Any] | None:
+    """The row of the tile heatmap: row ``index`` (grid order) if given, else the planned row with
+    the most memory on a tile; None when gruc refused every row."""
     if index is not None:
         if not 0 <= index < len(rows):
             raise GrucValueError(f"--heatmap {index} is not a configuration; there are "
@@ -126,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) -> int:
+    """``--find-max``: the largest fitting value of one flag for every configuration of the others.
+    Its plots draw every probed row, and its heatmap defaults to the first probe that overflows
+    (the smallest probed value that does not fit, at the first grid point with one), not to the
+    largest row."""
     flag = _field_of(args.find_max)
     limit = DEFAULT_LIMIT if args.find_max_limit is None else args.find_max_limit
     results = find_max(spec, flag, out, limit=limit, executor=executor,
@@ -183,6 +189,9 @@ def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
 
 
 def _study(args: argparse.Namespace) -> int:
+    """A sweep or a search, after refusing flags that would be ignored; the executor is closed
+    however the work ends (an interrupt included), and the table is printed only for small
+    sweeps."""
     spec = spec_from(args)
     _check_search_flags(args)
     _check_heatmap(args, spec)

@@ -27,6 +27,8 @@ def register(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the layer and write its Chrome trace (even when the layer fails its check); exit code 1
+    if it fails the check against the float64 reference."""
     config = config_from(args)
     with StatusLine() as status:
         status.show("building the layer ...")

@@ -72,6 +72,8 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
 
 
 def run(args: argparse.Namespace) -> int:
+    """The HTML report, or the DOT dataflow graph (compiled without costs, never run).  Layer flags
+    beside ``--input`` are refused rather than ignored; exit code 1 if the layer fails its check."""
     given = [flag for flag, field, _, _ in FLAGS if field != "backend"
              and getattr(args, field) is not None]
     if args.input is not None and given:

@@ -149,6 +149,9 @@ class ModuleBuilder:
 
     def variable(self, name: str, label: str, dtype: DType, shape: tuple[int, ...],
                  groups: list[MappingGroup], values: list[tuple[Any, int]] | None) -> Variable:
+        """Define variable ``name`` (a constant when ``values`` are given), labelled ``label`` and
+        mapped as ``groups`` say.  Its elements count toward :data:`MAX_ELEMENTS` before anything is
+        allocated, so a mistyped shape fails here rather than as a MemoryError."""
         self._new_name(name)
         if any(n < 0 for n in shape):
             raise GrucValueError(f"shape {list(shape)} has a negative size")
@@ -191,6 +194,9 @@ class ModuleBuilder:
 
     def view(self, name: str, keyword: str, sources: list[str], args: dict[str, Any],
              dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
+        """Define ``name`` as view ``keyword`` of ``sources``.  Arguments are type-checked here as
+        the JSON loader passes whatever its document holds; ``dtype`` and ``shape`` (the type the
+        text format writes beside a view) must be what the view gives."""
         self._new_name(name)
         if keyword not in VIEW_OPS:
             raise GrucValueError(f"unknown view op {keyword!r}; allowed: {', '.join(VIEW_OPS)}")
@@ -236,6 +242,9 @@ class ModuleBuilder:
 
     def vertex(self, cs: ComputeSet, kind: str, connected: dict[str, str | list[str]],
                params: dict[str, Any], tile: int | None) -> None:
+        """Add a vertex of ``kind`` to ``cs``, its fields connected to tensors by name.  Parameters
+        named ``compute_set``, ``kind``, ``fields`` or ``tile`` are refused: they would collide with
+        ``Graph.add_vertex``'s own arguments."""
         if not _vertex_kind_known(kind):
             raise GrucValueError(f"unknown vertex kind {kind!r}; known kinds: "
                                  + ", ".join(sorted(VERTEX_KINDS)))

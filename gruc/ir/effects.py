@@ -88,6 +88,9 @@ class _Elements:
         return frozenset(v for v in self.variables() - besides if self._covers(v))
 
     def _covers(self, v: int) -> bool:
+        """Whether the views and ids name every element of variable ``v``.  When all it has are runs
+        they are merged as intervals, with no array the size of the variable; otherwise a mask of
+        its elements is filled."""
         variable = self.graph.variables[v]
         first, count = variable.first_id, variable.num_elements
         ranges, strided, ids = [], [], list(self.ids.get(v, ()))
@@ -173,6 +176,9 @@ class EffectTable:
         return entry[2]
 
     def _compute(self, step: Program) -> Effect:
+        """The effect of one leaf step, not memoised.  A ``WriteUndef`` kills only the variables it
+        covers whole; ``If`` and ``RepeatWhileTrue`` read their predicate; containers have none of
+        their own (their steps carry it)."""
         graph = self.graph
         if isinstance(step, Execute):
             reads, writes = vertex_tensors(step.compute_set.vertices)

@@ -407,6 +407,9 @@ class _Typing:
         return self._natural[key]
 
     def _infer(self, expr: Expr) -> DType | None:
+        """The natural type of one node (:meth:`natural` memoises it).  A select's condition must be
+        bool and takes no part in its type; other ops unify their operands' types, which must be
+        ones the op accepts, and give bool if in BOOL_RESULT_OPS."""
         match expr:
             case PlaceHolder(index=index):
                 count = len(self.operand_dtypes)
@@ -623,6 +626,9 @@ class _Evaluator:
         self.operands = operands
 
     def value(self, expr: Expr) -> np.ndarray:
+        """The node's values in its type's compute dtype: every intermediate result stays there
+        (half computes in float32, as the compiled backend does) and only the caller rounds to
+        storage."""
         match expr:
             case PlaceHolder(index=index):
                 result = self.operands[index - 1]

@@ -102,6 +102,9 @@ class _Parser:
         return _TYPES_BY_SHORT[name]
 
     def expr(self, depth: int) -> Expr:
+        """One expression: a placeholder, ``const(literal[:type])``, ``cast(expr, type)`` or an op
+        with as many operands as its arity.  ``depth`` caps the nesting, so deep text is a
+        GrucParseError rather than a RecursionError."""
         if depth > MAX_PARSE_DEPTH:
             self.fail(f"at most {MAX_PARSE_DEPTH} levels of nesting")
         name = self.take(_NAME, "an expression (_N, const(...), cast(...) or an op such as add(...))")
@@ -137,6 +140,9 @@ class _Parser:
         return node
 
     def literal(self) -> bool | int | float:
+        """A constant's value: bool for true/false, int for an integer spelling, float otherwise
+        (inf and nan included).  An integer spelt longer than any 64-bit one is refused before
+        ``int()`` reads it."""
         literal = self.take(_LITERAL, "a number, inf, -inf, nan, true or false")
         if literal in ("true", "false"):
             return literal == "true"
@@ -192,6 +198,9 @@ def from_json(obj: Any) -> Expr:
 
 
 def _from_json(obj: Any, path: str, depth: int) -> Expr:
+    """The expression of ``obj``, checked as strictly as the text form: unknown ops or keys, wrong
+    arities, bad types and deep nesting are GrucParseErrors naming ``path`` (the JSON path so far),
+    as are the nodes' own errors."""
     def fail(message: str) -> NoReturn:
         raise GrucParseError(f"{path}: {message}")
 

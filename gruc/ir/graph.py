@@ -208,6 +208,9 @@ class Graph:
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
                       constant: np.ndarray | None) -> Variable:
+        """A new variable owning the next run of element ids.  A variable of several rows takes them
+        as a repeating region of the tile table (one row stored until part of it is mapped), so a
+        sequence laid out alike at every step costs one row."""
         if not isinstance(name, str):
             raise GrucTypeError(f"tensor name must be a string, got {name!r}")
         count = self._check_room(shape, name)
@@ -548,6 +551,9 @@ class Graph:
         self._stream(self.host_reads, name, tensor, "host read")
 
     def _stream(self, table: dict[str, Tensor], name: str, tensor: Tensor, what: str) -> None:
+        """File ``tensor`` under a new ``name`` in a host stream ``table``.  A host write is refused
+        where no write could mean one thing (a constant, a broadcast view), at the call rather than
+        later."""
         expect(isinstance(name, str) and bool(name), GrucTypeError if not isinstance(name, str)
                else GrucValueError,
                f"{what} name must be a non-empty string, got {name!r}")

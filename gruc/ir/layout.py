@@ -240,6 +240,7 @@ class SubsampleOp(ViewOp):
         return shape[:self.dim] + (-(-shape[self.dim] // self.stride),) + shape[self.dim + 1:]
 
     def apply(self, layouts: list[Layout], shapes: list[Shape], out: Shape) -> Layout:
+        """Strided stays strided (the stride along ``dim`` multiplied); dense ids are sliced."""
         (src,) = layouts
         if isinstance(src, Strided):
             strides = list(src.strides)
@@ -262,6 +263,8 @@ class ReverseOp(ViewOp):
         return shapes[0]
 
     def apply(self, layouts: list[Layout], shapes: list[Shape], out: Shape) -> Layout:
+        """Strided stays strided: the offset moves to the last element along ``dim`` and that stride
+        is negated (an empty dim keeps the offset); dense ids are flipped."""
         (src,) = layouts
         if isinstance(src, Strided):
             strides = list(src.strides)
@@ -287,6 +290,8 @@ class ReshapeOp(ViewOp):
         return self.shape
 
     def apply(self, layouts: list[Layout], shapes: list[Shape], out: Shape) -> Layout:
+        """Strided stays strided where numpy would reshape without a copy; otherwise the ids are
+        materialised and reshaped densely."""
         (src,) = layouts
         if isinstance(src, Strided):
             strided = _reshape_strided(src, shapes[0], out)
@@ -333,6 +338,8 @@ class BroadcastOp(ViewOp):
         return shape[:self.dim] + (shape[self.dim] * self.times,) + shape[self.dim + 1:]
 
     def apply(self, layouts: list[Layout], shapes: list[Shape], out: Shape) -> Layout:
+        """A broadcast of a singleton dim is a zero stride and stays strided; along any other dim
+        the materialised ids are tiled ``times`` times."""
         (src,) = layouts
         if isinstance(src, Strided) and shapes[0][self.dim] == 1:
             strides = list(src.strides)

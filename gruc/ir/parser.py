@@ -57,6 +57,9 @@ EOF = "eof"
 
 
 class _Parser:
+    """Recursive descent over the token list of one text, building through a :class:`ModuleBuilder`
+    (made by the header, which names the target); every failure is a GrucParseError with a line, a
+    column and the line itself."""
     def __init__(self, text: str) -> None:
         self.text = text
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
@@ -102,6 +105,9 @@ class _Parser:
 
     # ---- tokens ------------------------------------------------------------------------------
     def _tokenize(self) -> None:
+        """Split the whole text up front into parallel lists of kinds, texts and offsets, ending in
+        ``eof``: the descent looks ahead by index (function declarations are found before anything
+        is built), and offsets locate every error."""
         text, pos, n = self.text, 0, len(self.text)
         match = _TOKEN.match
         while pos < n:
@@ -160,6 +166,8 @@ class _Parser:
         return value
 
     def string(self, expected: str = "a string") -> str:
+        """A string token's value, read with JSON escapes.  A lone surrogate is refused: no UTF-8
+        file can store it, so the printer could not write the module back."""
         k = self.pos
         raw = self.take("string", expected)
         try:
@@ -173,6 +181,8 @@ class _Parser:
         return value
 
     def comma_list(self, close: str, item) -> list:
+        """Items separated by commas up to ``close``, possibly none; a trailing comma is an
+        error."""
         result = []
         if self.accept(close):
             return result
@@ -213,6 +223,9 @@ class _Parser:
 
     # ---- module ------------------------------------------------------------------------------
     def module(self) -> Module:
+        """The module: the header, then definitions in any order, tensors before their use and
+        programs numbered from 0.  Functions are declared before the walk, so a call may precede its
+        body; one never given a body is an error at the end of the text."""
         self.header()
         self.declare_functions()
         builder = self.builder
@@ -252,6 +265,8 @@ class _Parser:
         return builder.finish(programs)
 
     def header(self) -> None:
+        """``module target(key=value, ...)``: the target, and the builder every later statement goes
+        through.  A field given twice is refused, not left to the last value."""
         k = self.pos
         self.punct("module", "the header 'module target(...)'")
         self.punct("target", "'target'")
@@ -321,6 +336,8 @@ class _Parser:
             self.fail("var, const or a view op (" + ", ".join(VIEW_OPS) + ")")
 
     def mapping_group(self) -> MappingGroup:
+        """One group ``(tile, step, count, elements, grain)``: a tile, a range ``start:stop[:step]``
+        or ``_`` (unmapped), then ``x run`` (every tile ``run`` elements) or ``~elements/grain``."""
         k = self.pos
         if self.accept("_"):
             tile, step, count = UNMAPPED, 0, 1
@@ -417,6 +434,8 @@ class _Parser:
             self.vertex(cs)
 
     def vertex(self, cs: ComputeSet) -> None:
+        """One vertex: its fields in parentheses, then ``key=value`` parameters, each key once;
+        ``tile`` is not a parameter but where the vertex runs."""
         k = self.pos
         kind = self.take("ident", "a vertex kind or '}'")
         self.punct("(", "'(' and the vertex's fields")
@@ -487,6 +506,9 @@ class _Parser:
         return float(self.texts[self.pos - 1])
 
     def expression(self) -> ex.Expr:
+        """An expression parameter.  Its tokens are only skipped here (balanced parentheses); the
+        text they span goes to :func:`~gruc.ir.expr.parse_expr`, whose column is moved to the
+        module's text."""
         start = self.pos
         self.pos += 1
         if self.accept("("):

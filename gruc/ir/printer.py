@@ -54,6 +54,8 @@ class _Namespace:
         self.next_number = 0
 
     def fresh(self, hint: str) -> str:
+        """A name no one has yet, from ``hint`` (see the class).  The next suffix is remembered per
+        base, so many tensors with one hint do not search from ``_1`` each time."""
         base = _NOT_NAME_CHARS.sub("_", hint).rstrip("_")
         if not base:
             while str(self.next_number) in self.used:
@@ -115,6 +117,9 @@ class Naming:
 
     # collection, in the order the printer writes uses
     def _collect(self) -> None:
+        """Name everything in the order the printer first writes it (variables, symbols, host
+        streams, vertex fields, functions, programs), so names and view definitions follow first
+        appearance and do not depend on which lookup came first."""
         graph = self.module.graph
         for var in graph.variables:
             self._name_value(var, var.name)
@@ -134,6 +139,8 @@ class Naming:
             self._collect_program(program)
 
     def _collect_program(self, root: Program) -> None:
+        """Name the tensors, compute sets and functions of one program tree in printed order
+        (children pushed in reverse on a stack)."""
         stack: list[object] = [root]
         while stack:
             item = stack.pop()
@@ -247,6 +254,9 @@ def split_bounds(count: int, elements: int, grain: int) -> np.ndarray:
 
 
 def _window_groups(tile: int, step: int, lengths: np.ndarray) -> list[MappingGroup]:
+    """Groups for runs on one progression of tiles: one group when the runs are equal or follow
+    poplibs' even split in grains (the gcd and 1, 2, 4, 8 tried), two runs as two groups, otherwise
+    a group per stretch of equal runs."""
     count = len(lengths)
     first = int(lengths[0])
     if count == 1:
@@ -269,6 +279,8 @@ def _window_groups(tile: int, step: int, lengths: np.ndarray) -> list[MappingGro
 
 
 def format_group(group: MappingGroup) -> str:
+    """A group as the text writes it: ``_``, a tile or ``start:stop[:step]``, then ``x grain`` when
+    every tile has ``grain`` elements, else ``~ elements/grain`` (poplibs' split)."""
     tile, step, count, elements, grain = group
     if tile == UNMAPPED:
         tiles = "_"
@@ -346,6 +358,8 @@ def view_args(op: ViewOp) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ printer
 class _Printer:
+    """Writes one module's lines and remembers where each object starts (``where``: the verifier
+    names the line of what it refuses)."""
     def __init__(self, module: Module) -> None:
         self.module = module
         self.naming = Naming.of(module)
@@ -365,6 +379,9 @@ class _Printer:
         return self.naming.tensor(tensor)
 
     def run(self) -> tuple[str, dict[int, int]]:
+        """The text and the line of each object.  Variables come first, in graph order, so parsing
+        gives back the same element ids; then views (in dependency order), streams, compute sets,
+        functions and programs."""
         graph = self.module.graph
         target = ", ".join(f"{key}={format_param(value)}"
                            for key, value in graph.target.model_dump().items())
@@ -391,6 +408,9 @@ class _Printer:
         return symbol if shown is None else f"{symbol} {format_string(shown)}"
 
     def variable(self, graph: Graph, var: Variable) -> None:
+        """A ``var`` or ``const`` line with its mapping as groups; a constant's values are runs of
+        bit-identical elements (``v x n``), so a filled tensor is one item and ``-0.0`` stays
+        itself."""
         groups = ", ".join(format_group(g) for g in variable_groups(graph, var))
         kind = "var" if var.constant is None else "const"
         text = (f"{self.name(var)} = {kind} {format_type(var.dtype, var.shape)} "
@@ -441,6 +461,9 @@ class _Printer:
 
     # programs: ``head`` is the text before the node on its first line (indentation included)
     def statement(self, node: Program, depth: int, head: str) -> None:
+        """Print ``node`` at nesting ``depth`` after ``head``.  ``while`` and ``if`` take back the
+        last line of their first part to continue it, so ``} %p {`` and ``} else {`` join up as the
+        parser reads them."""
         self.mark(node)
         if isinstance(node, Sequence):
             if not node.programs:
@@ -462,6 +485,8 @@ class _Printer:
             self.emit(None, head + self.leaf(node))
 
     def leaf(self, node: Program) -> str:
+        """A leaf node's one line; a node type without a form is a GrucTypeError, never a silent gap
+        in the text."""
         leaf: dict[type, Callable[[Any], str]] = {
             Execute: lambda n: f"execute {self.naming.symbol(n.compute_set)}",
             Copy: lambda n: f"copy {self.name(n.src)} -> {self.name(n.dst)}",

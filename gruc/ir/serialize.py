@@ -40,6 +40,9 @@ def _float(value: float) -> float | str:
 
 
 def _param(value: Any) -> Any:
+    """A vertex parameter as JSON data.  What JSON cannot tell apart from a list or a string
+    (tuples, types, expressions, non-finite floats) is a one-key tagged object, so loading gives
+    back the same value."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.bool_):
@@ -61,6 +64,8 @@ def _param(value: Any) -> Any:
 
 
 def _program(naming: Naming, node: Program) -> dict[str, Any]:
+    """A program tree as nested objects keyed by ``op``, tensors and symbols by the names
+    :class:`~gruc.ir.printer.Naming` gives them in the text."""
     name = naming.tensor
     if isinstance(node, Sequence):
         return {"op": "seq", "body": [_program(naming, p) for p in node.programs]}
@@ -137,6 +142,8 @@ def module_to_json(module: Module) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ from JSON
 class _Loader:
+    """Rebuilds a module from :func:`module_to_json` data through a :class:`ModuleBuilder`, every
+    shape of the data checked first, so each failure is a GrucParseError naming its JSON path."""
     def __init__(self) -> None:
         self.builder: ModuleBuilder | None = None
 
@@ -145,6 +152,8 @@ class _Loader:
         raise GrucParseError(f"{path}: {message}")
 
     def get(self, obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any:
+        """``obj[key]``, required and of ``kind`` (a bool is not taken for an int unless ``kind``
+        says so); a string with a lone surrogate is refused, as the text parser refuses it."""
         if not isinstance(obj, dict):
             self.fail(path, f"expected an object, got {type(obj).__name__}")
         if key not in obj:
@@ -191,6 +200,9 @@ class _Loader:
             self.fail(path, str(error))
 
     def load(self, obj: Any) -> Module:
+        """The module of a whole document, in the order the text defines things: target, variables,
+        views, streams, compute sets, then every function declared before any body is read (a call
+        may name a later function), then the programs."""
         if not isinstance(obj, dict):
             self.fail("$", f"expected an object, got {type(obj).__name__}")
         if obj.get("format") != FORMAT or type(obj.get("version")) is not int \
@@ -297,6 +309,8 @@ class _Loader:
                       fields, params, tile)
 
     def param(self, value: Any, path: str, depth: int = 0) -> Any:
+        """The value :func:`_param` wrote: JSON scalars and lists as they are, tagged objects back
+        into tuples, types, expressions and non-finite floats."""
         if depth > 200:  # as the text parser: deep nesting must not become a RecursionError
             self.fail(path, "parameter values nest more than 200 levels deep")
         if value is None or isinstance(value, (bool, int, float, str)):
@@ -320,6 +334,8 @@ class _Loader:
         self.fail(path, f"unknown parameter value {value!r:.60}")
 
     def program(self, node: Any, path: str, depth: int = 0) -> Program:
+        """The program tree :func:`_program` wrote, keys checked per op; nesting is capped at 200 as
+        in the text parser, so a deep document is an error rather than a RecursionError."""
         if depth > 200:
             self.fail(path, "programs nest more than 200 levels deep")
         op = self.get(node, "op", path, str)

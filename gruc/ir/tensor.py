@@ -155,6 +155,9 @@ class Tensor:
         return self.slice(i, i + 1, dim).squeeze([dim])
 
     def _python_slice(self, key: slice, dim: int) -> "Tensor":
+        """``self[key]`` along ``dim`` for a Python slice, as numpy means it (negative steps,
+        clipped bounds), built from the view primitives: a slice of the covered range, reversed for
+        a negative step, subsampled for a step other than 1."""
         if key.step == 0:
             raise GrucValueError(f"slice step 0 on dimension {dim}: a step must be non-zero")
         try:
@@ -343,6 +346,8 @@ class Tensor:
         return list(self._variable_tuple())
 
     def _variable_tuple(self) -> tuple["Variable", ...]:
+        """The memoised answer behind :meth:`variables`: a view of one source shares its source's
+        tuple, so a chain of views over one variable holds one tuple."""
         if self._variables is None:
             if len(self.sources) == 1:
                 self._variables = self.sources[0]._variable_tuple()

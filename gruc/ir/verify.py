@@ -55,6 +55,8 @@ def _context(module: Module, culprit: object) -> str:
 
 
 class _Verifier:
+    """Checks the rules of the module docstring on one module; every failure shows the printed IR
+    around its culprit."""
     def __init__(self, module: Module, require_local: bool) -> None:
         self.module = module
         self.graph: Graph = module.graph
@@ -69,6 +71,9 @@ class _Verifier:
 
     # ---- tensors ------------------------------------------------------------------------------
     def tensor(self, culprit: object, tensor: Tensor, role: str) -> None:
+        """``tensor`` belongs to this graph and every variable under it is fully mapped (each
+        variable looked at once, see ``mapped``); a GrucMappingError says how to map one that is
+        not."""
         if not isinstance(tensor, Tensor) or tensor.graph is not self.graph:
             self.fail(culprit, f"{role} is not a tensor of this graph")
         for var in tensor.variables():
@@ -89,6 +94,9 @@ class _Verifier:
 
     # ---- vertices -----------------------------------------------------------------------------
     def vertex(self, vertex: Vertex, executed: bool) -> None:
+        """A vertex against its kind: fields and parameters as declared, no repeated element in a
+        field it writes, the kind's own check, no aliasing InOut, and locality when required and
+        ``executed``."""
         kind = vertex.kind
         for name in vertex.fields:
             if name not in kind.fields:
@@ -114,6 +122,8 @@ class _Verifier:
             self.locality(vertex)
 
     def in_out_alias(self, vertex: Vertex) -> None:
+        """An InOut field must share no element with any other field of its vertex: updated in
+        place, it would otherwise change what the vertex reads or writes through the other field."""
         if not any(spec.direction is Direction.INOUT for spec in vertex.kind.fields.values()):
             return
         fields = vertex.tensors()
@@ -127,6 +137,9 @@ class _Verifier:
                                       "any other operand")
 
     def locality(self, vertex: Vertex) -> None:
+        """A tiled vertex touches only its tile; an untiled one keeps each element of a field shaped
+        like its ``split`` field on the tile of the split element it pairs with (other fields the
+        kind exchanges itself)."""
         graph = self.graph
         if vertex.tile is not None:
             for name, tensor in vertex.tensors():
@@ -149,6 +162,9 @@ class _Verifier:
 
     # ---- programs -----------------------------------------------------------------------------
     def programs(self) -> None:
+        """What the programs name belongs to the graph, copies write neither constants nor an
+        element twice, predicates are mapped; then every vertex, checked for locality only in a
+        compute set some program executes."""
         graph = self.graph
         compute_sets = {id(cs) for cs in graph.compute_sets}
         functions = {id(f) for f in graph.functions}
@@ -173,6 +189,9 @@ class _Verifier:
                 self.vertex(vertex, id(cs) in executed)
 
     def reads_have_writers(self) -> None:
+        """Every variable read somewhere is written somewhere (a step, a host write or a constant
+        value).  Order is not considered here: :func:`check_initialized` asks whether a write comes
+        first."""
         graph = self.graph
         effects = EffectTable(graph)
         written: set[int] = set()
@@ -230,6 +249,10 @@ class _Initialized:
         return result
 
     def visit(self, node: Program, written: set[int], program: int) -> set[int]:
+        """The variables that may be written after ``node`` runs, given ``written`` before it,
+        failing at the first read nothing could have written.  A call into a function already being
+        walked adds nothing (recursion ends); a ``while`` reads its predicate after its condition
+        has run."""
         if isinstance(node, Sequence):
             for child in node.programs:
                 written = self.visit(child, written, program)
@@ -254,6 +277,9 @@ class _Initialized:
         return written
 
     def leaf(self, node: Program, written: set[int], program: int) -> set[int]:
+        """``written`` plus the leaf's writes (its own writes count for its reads); a read of
+        anything else, empty variables aside, is a GrucProgramError naming the program and the
+        variable."""
         effect = self.effects.of(node)
         written = written | effect.writes
         for index in sorted(effect.reads - written):

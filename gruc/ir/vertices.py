@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 
 class Direction(Enum):
+    """How a vertex field uses its tensor, as Poplar's field types do: ``INOUT`` (in place) both
+    ``reads`` and ``writes``; an ``OUTPUT``'s previous value is never read."""
     INPUT = "in"
     OUTPUT = "out"
     INOUT = "inout"

@@ -31,6 +31,8 @@ from gruc.types import DType, dtype_of
 
 
 def _check_operands(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor]) -> tuple[int, ...]:
+    """The broadcast shape of ``tensors`` after checking they are this graph's and that ``expr``
+    names no placeholder past them: shared by every map entry point, so each refuses alike."""
     for k, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise GrucTypeError(f"operand {k + 1} of map must be a Tensor, got {type(t).__name__}")
@@ -125,6 +127,8 @@ def _unfused(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out: Tensor
 
 def _emit(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out: Tensor, prog: Seq,
           name: str) -> None:
+    """``out = expr(tensors)``: one fused Map vertex where poplibs' rule allows it (or the tree has
+    at most one op), else node by node with temporaries."""
     dtypes = [t.dtype for t in tensors]
     if _fusable(expr, tensors, out.shape) or ex.num_ops(expr) <= 1:
         _add_map_vertex(graph, ex.bind_const_types(expr, dtypes), tensors, out, prog, name,

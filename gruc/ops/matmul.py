@@ -91,6 +91,8 @@ class MatMulOptions(OptionFlags):
     @field_validator("partials_type", mode="before")
     @classmethod
     def _partials(cls, value: Any) -> DType:
+        """``partialsType`` as a DType, by name or as a type; anything but half or float is refused
+        (a ValueError, which pydantic reports against the option)."""
         try:
             dtype = dtype_of(value)
         except GrucTypeError:
@@ -246,6 +248,10 @@ def _evaluate(target: Target, shape: tuple[int, int, int, int], in_type: DType,
 @functools.lru_cache(maxsize=512)
 def _plan(target: Target, shape: tuple[int, int, int, int], in_type: DType, partials_type: DType,
           out_type: DType, proportion: float) -> MatMulPlan:
+    """The fastest blocking whose temporaries fit ``proportion`` of a tile, with the fewest serial
+    slices of n that allow a fit (each slice adds compute sets to the IR).  When none fits within
+    MAX_SERIAL_SLICES, the blocking with the least temporary memory (then cycles), marked as not
+    fitting."""
     budget = proportion * target.bytes_per_tile
     direct_ok = partials_type == out_type
     G, M, K, N = shape
@@ -393,6 +399,8 @@ def _prepare(what: str, graph: Graph, a: Tensor, b: Tensor, options,
 
 
 def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) -> None:
+    """Hold ``inputRHSIsPreArranged`` to its word: B must be laid out block for block as the plan
+    wants.  A wrong layout would still compute (only more bytes move), so it is refused here."""
     tiles = graph.element_tiles(b).reshape(_grouped(b).shape)
     for begin, end in plan.slices():
         want = spread_tiles(plan.blocking(end - begin), "gkn")

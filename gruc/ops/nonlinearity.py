@@ -203,6 +203,9 @@ def _softmax(graph: Graph, kind: NonLinearity, t: Tensor, prog: Seq, name: str,
 
 def _softmax_gradient(graph: Graph, kind: NonLinearity, out: Tensor, out_grad: Tensor, prog: Seq,
                       name: str) -> Tensor:
+    """The softmax input gradient ``(g - sum(y * g)) * y`` over the innermost dim, from the output
+    ``y``.  For the scaled softmax the sum is divided by the scaling, so the result is scaled as the
+    output is; for half, ``y * g`` is formed in float."""
     _check_softmax_rank(out)
     inner = out.rank - 1
     # y·g is formed in float: a scaled half output times an O(1) gradient overflows half

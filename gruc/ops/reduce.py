@@ -386,6 +386,9 @@ def _final_stage(graph: Graph, partials: Tensor, nd_tile: np.ndarray, nd_o: np.n
 
 def _reduce_into(graph: Graph, t: Tensor, out: Tensor, dims: tuple[int, ...], op: Operation,
                  prog: Seq, update: bool, scale: float, name: str, new_output: bool) -> None:
+    """Reduce ``t`` into ``out`` for both public entry points.  Elements of ``out`` left unmapped
+    are mapped first (to a tile holding their inputs) so the final stage has a home for each; an
+    empty input writes the op's identity (or leaves ``out`` alone when updating)."""
     if out.num_elements == 0:
         if new_output:
             graph.set_tile_mapping(out, 0)

@@ -385,6 +385,9 @@ class _LoopBuilder:
                               for k, t in enumerate(self.sequences.outputs)))
 
     def _run_loop_fn(self, state: list[Tensor], slices: RnnSlice, body: Seq) -> list[Tensor]:
+        """Build one step with the user's ``loop_fn``; return the tensors it made for the created
+        sequences.  Each must be set and shaped like a row of its sequence, checked as soon as
+        ``loop_fn`` returns so the message names the slot."""
         created: list = [None] * len(self.sequences.created)
         self.loop_fn(self.graph, self.step, state, slices, created, body)
         for k, (made, sequence) in enumerate(zip(created, self.sequences.created)):
@@ -440,6 +443,8 @@ class _LoopBuilder:
 # ------------------------------------------------------------------------------------------------
 
 def _tensor_list(value: Sequence[Tensor] | Tensor | None, what: str) -> list[Tensor]:
+    """``value`` as a list (None empty, one tensor a list of one), every item checked to be a
+    Tensor."""
     if value is None:
         return []
     items = [value] if isinstance(value, Tensor) else list(value)
@@ -450,6 +455,8 @@ def _tensor_list(value: Sequence[Tensor] | Tensor | None, what: str) -> list[Ten
 
 
 def _check_sequences(params: RnnParams, init: list[Tensor], sequences: _Sequences) -> None:
+    """Every sequence tensor has ``max_time_steps`` rows in dim 0, and a recorded state sequence
+    names a state whose shape and type its rows have."""
     named = {"inputs": sequences.inputs, "outputs": sequences.outputs,
              "created": sequences.created,
              "interim_in": _tensor_list(sequences.interim_in, "interim_in"),
@@ -474,6 +481,8 @@ def _check_sequences(params: RnnParams, init: list[Tensor], sequences: _Sequence
 
 
 def _check_lengths(params: RnnParams, lengths: Tensor | None) -> None:
+    """Per-row lengths are given exactly when ``params.var_time_steps_shape`` says so, with that
+    shape and an integer type."""
     if params.var_time_steps_shape is None:
         expect(lengths is None, GrucValueError,
                "rnn got var_time_steps but params.var_time_steps_shape is None; set it to the "

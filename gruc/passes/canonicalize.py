@@ -43,6 +43,9 @@ def _constant_truth(predicate: Tensor) -> bool | None:
 
 
 def _canonical(node: Program) -> Program | None:
+    """One node by the rules of the module, its children already canonical (:func:`rebuild` walks
+    bottom-up); None for a node that does nothing.  A Sequence with nothing to splice comes back as
+    itself, so untouched subtrees keep their identity."""
     if isinstance(node, Sequence):
         items = [item for child in node.programs
                  for item in (child.programs if isinstance(child, Sequence) else (child,))]

@@ -101,6 +101,8 @@ class CopyElimination:
     """Forward uses of a duplicate's destination to its source (the third rule)."""
 
     def apply(self, module: Module) -> Module:
+        """The rules in order: self-copies, then dead copies, then duplicates forwarded batch by
+        batch (each batch's leftover self-copies removed with it) until a batch finds none."""
         require_valid(module)
         module = pass_output(rebuild_programs(module, _without_self_copies))
         module = remove_dead_steps(module, (Copy,))

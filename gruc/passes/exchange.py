@@ -82,6 +82,8 @@ class _LocalComputeSet:
         self.fields = [self._vertex_fields(vertex) for vertex in cs.vertices]
 
     def _vertex_fields(self, vertex: Vertex) -> dict[str, Tensor | tuple[Tensor, ...]]:
+        """The vertex's fields made local (:meth:`_local`), a vector field tensor by tensor (buffers
+        labelled ``name0``, ``name1``, ...)."""
         connected: dict[str, Tensor | tuple[Tensor, ...]] = {}
         for name, value in vertex.fields.items():
             direction = vertex.kind.fields[name].direction
@@ -127,6 +129,9 @@ class Exchange:
     name: ClassVar[str] = "exchange"
 
     def apply(self, module: Module) -> Module:
+        """Make every executed compute set local: it is analysed once however many Executes name it,
+        and each of them becomes its own copy-in, execute, copy-out Sequence.  Function bodies are
+        rewritten in place, as the functions live in the shared graph."""
         require_valid(module)
         replacements: dict[int, Callable[[], Program] | None] = {}
 

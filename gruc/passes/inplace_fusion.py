@@ -250,6 +250,8 @@ class InplaceFusion:
     """Write out-of-place elementwise results over an operand that dies there."""
 
     def apply(self, module: Module) -> Module:
+        """Fusion batches until none applies (a fused consumer may be the next producer), then
+        in-place batches likewise; each half only if enabled."""
         require_valid(module)
         for enabled, rewrite in ((self.fuse, _fuse_batch), (self.in_place, _in_place_batch)):
             while enabled:

@@ -51,6 +51,9 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 
 def _parse_value(text: str, annotation: Any, where: str) -> Any:
+    """One option value as the field's annotation allows: ``none`` for an optional field, else the
+    first of its types that reads the text (a bool as true/false, 1/0 or yes/no); a GrucOptionError
+    naming ``where`` otherwise."""
     text = text.strip()
     options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) or \
         typing.get_origin(annotation) is typing.Union else (annotation,)
@@ -74,6 +77,9 @@ def _parse_value(text: str, annotation: Any, where: str) -> Any:
 
 
 def _make_pass(name: str, options_text: str | None) -> Pass:
+    """The pass ``name`` with options from ``key=value`` text, keys spelt with dashes as
+    ``gruc passes`` lists them.  Unknown, repeated and malformed options are refused, never
+    ignored."""
     registry = _registry()
     if name not in registry:
         raise GrucOptionError(f"unknown pass {name!r}; passes: {', '.join(sorted(registry))}")

@@ -37,6 +37,9 @@ class Rebase:
         self._compute_sets[id(cs)] = replacement
 
     def tensor(self, tensor: Tensor) -> Tensor:
+        """``tensor`` over the replacements, memoised by id so a shared view is rebuilt once.  A
+        tensor nothing under it changed comes back as itself: callers tell "unchanged" by
+        identity."""
         key = id(tensor)
         if key not in self._tensors:
             if not self._mentions(tensor):
@@ -72,6 +75,8 @@ class Rebase:
         return self.tensor(value)
 
     def compute_set(self, cs: ComputeSet) -> ComputeSet:
+        """``cs`` over the replacements, rebuilt once however often it runs; ``cs`` itself when no
+        field changes, so the Executes of untouched compute sets stay as they are."""
         key = id(cs)
         if key not in self._compute_sets:
             if not any(self._mentions(t) for v in cs.vertices for value in v.fields.values()

@@ -182,6 +182,9 @@ class SubtreeWrites:
         self._cache: dict[int, frozenset[int]] = {}
 
     def of(self, node: Program) -> frozenset[int]:
+        """What ``node``'s subtree may write or kill, memoised per node.  A node is entered as empty
+        before its children are asked, so a function reached again through its own calls adds
+        nothing and the walk ends."""
         key = id(node)
         if key not in self._cache:
             self._cache[key] = frozenset()  # a function calling itself adds nothing new

@@ -81,6 +81,9 @@ class ColumnRowRuns:
         return self._walk(tensor) if cut is None else cut
 
     def _cut(self, tensor: Tensor) -> RowRuns | None:
+        """The row runs of a 2-D view cut from what it is made of: a column slice (all rows) from
+        its parent's runs (walked once, then cached), a concatenation along the columns from its
+        parts'.  None where neither applies or a part has none, and the caller walks the view."""
         if tensor.rank != 2:
             return None
         op = tensor.op

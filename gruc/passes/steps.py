@@ -57,6 +57,8 @@ def _describe_tensor(tensor: Tensor) -> str:
 
 
 def _describe_node(node: Program) -> str:
+    """What a leaf step does in one line (:attr:`Step.text`), naming variables rather than views,
+    which have no names of their own."""
     if isinstance(node, Execute):
         return f"Execute {node.compute_set.name}"
     if isinstance(node, Copy):
@@ -189,6 +191,10 @@ class StepTree:
         return LeafNode(step.index, effect)
 
     def _node(self, node: Program, where: str, caller: int | None):
+        """The analysis node of ``node``, numbering its leaves as steps in program order, each with
+        its path ``where``.  A call records its callee under ``caller`` (for
+        :meth:`check_no_recursion`); a node type with nested programs that this does not know is
+        refused, never skipped."""
         if isinstance(node, Sequence):
             return SequenceNode([self._node(p, where, caller) for p in node.programs])
         if isinstance(node, Repeat):

@@ -85,6 +85,9 @@ class ProcessExecutor:
         self._pool: ProcessPoolExecutor | None = None
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Result]:
+        """``(index, fn(item))`` as workers finish.  The pool starts on first use (no more workers
+        than items) and serves later calls too; tasks still queued when the caller stops are
+        cancelled."""
         if not items:
             return
         if self._pool is None:
@@ -137,6 +140,9 @@ class DaskExecutor:
             self._own = True
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Result]:
+        """``(index, fn(item))`` as tasks finish, each run through :func:`in_worker`.
+        ``pure=False`` makes equal items separate tasks with keys of their own, which the index
+        lookup needs; unfinished tasks are cancelled when the caller stops."""
         from distributed import as_completed
 
         if not items:

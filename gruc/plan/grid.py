@@ -48,6 +48,9 @@ class SweepSpec(GrucModel):
 
     @model_validator(mode="after")
     def _known_flags(self) -> "SweepSpec":
+        """Refuse, when the spec is made, a grid no sweep should start: flags a plan does not depend
+        on, a flag both fixed and swept, a swept flag without values, a pipeline that does not
+        parse, more than MAX_CONFIGURATIONS points."""
         allowed = [f for f in GruLayerConfig.model_fields if f not in PLAN_IGNORED]
         for name in [*self.fixed, *self.swept]:
             if name not in allowed:
@@ -97,6 +100,9 @@ class SweepSpec(GrucModel):
 
 
 def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
+    """The values of ``START:STOP[:STEP]``, STOP included when the steps reach it (a small tolerance
+    absorbs float error).  Float values are rounded to 12 decimals so ``0.1:0.3:0.1`` gives 0.3, not
+    0.30000000000000004."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
         raise GrucValueError(f"{flag} range {text!r} must be START:STOP or START:STOP:STEP")

@@ -157,6 +157,9 @@ class LayerPlan:
 
 def _row(config: GruLayerConfig, pipeline: str | None, swept: Sequence[str], target: Target,
          values: dict[str, Any]) -> dict[str, Any]:
+    """A row in :data:`ROW_COLUMNS` order after the swept parameters: the key and target columns
+    from ``config`` and ``target``, the rest from ``values`` (None where missing), so a refused
+    configuration's row has every column a planned one has."""
     row = parameter_values(config, swept)
     row.update({"config": config_key(config, pipeline), "pipeline": effective_pipeline(pipeline),
                 "target": target.name, "tiles": target.num_tiles,

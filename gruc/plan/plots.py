@@ -37,6 +37,8 @@ PANELS = (
 
 
 def _figure(width: float, height: float):
+    """A matplotlib Figure on the Agg canvas, made without pyplot (no GUI backend, no global figure
+    state to close); matplotlib missing is a GrucValueError naming the extra to install."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

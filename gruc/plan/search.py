@@ -66,6 +66,9 @@ class FindMaxResult:
     values gruc refused as configurations are left out."""
 
     def describe(self) -> str:
+        """The result in one line: the largest value that fits and its busiest tile, then why the
+        next value does not (gruc's refusal, or the first tile over capacity and its largest
+        tensors), or that nothing fits, or that the limit still fits."""
         where = "".join(f" {k}={v}" for k, v in self.point.items())
         if self.value is None and self.failing.get("error"):
             return (f"{self.flag}{where}: nothing fits: gruc refuses every value tried, up to "

@@ -102,6 +102,9 @@ class StaticProgram:
         return built if isinstance(built, _Block) else _Block((built,))
 
     def _node(self, node: Program):
+        """The control node of ``node``, taking step numbers for its leaves and predicates in the
+        order liveness numbered them (:meth:`_take` checks each), so counts land on the right
+        steps."""
         if isinstance(node, Sequence):
             return _Block(tuple(self._node(p) for p in node.programs))
         if isinstance(node, Repeat):
@@ -175,6 +178,9 @@ MAX_STEP_COUNT = 2 ** 63 - 1
 
 
 class _Counter:
+    """Counts executions per step from a :class:`StaticProgram` and the answers the data would give:
+    ``trips`` of each RepeatWhileTrue and ``branches`` of each If, by predicate step.  A function's
+    counts for one call are computed once (``per_call``) and scaled at every call site."""
     def __init__(self, static: StaticProgram, trips: dict[int, int],
                  branches: dict[int, bool]) -> None:
         self.static = static

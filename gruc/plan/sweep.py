@@ -40,6 +40,9 @@ class Progress:
         self.shown = False
 
     def update(self, done: int, note: str = "") -> None:
+        """Redraw the bar in place (carriage return, then clear to the end of the line): ``done``
+        (of ``total`` when known), the mean seconds per configuration so far, and ``note``; nothing
+        when disabled."""
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self.start

@@ -185,6 +185,9 @@ class _Weights(NamedTuple):
 
 
 def _internal_weights(params: GruParams, weights: GruWeights) -> _Weights:
+    """The user's weights as the cell's matmuls take them, in internal gate order.  Reset-before
+    joins input and output weights row-wise, so ``[x, h]`` meets the reset and update gates in one
+    matmul and ``[x, r ∘ h]`` the candidate in another; reset-after keeps the two sides apart."""
     internal = weights_in_order(weights, params.cell_order, to_internal=True)
     if params.reset_after:
         bias = internal.biases[:, 0].flatten()
@@ -258,6 +261,10 @@ class _Cell:
     def _update(self, step: TimeStep, h: Tensor, reset: Tensor, update: Tensor, candidate: Tensor,
                 candidate_recurrent: Tensor | None, interim: Tensor | None, slices: RnnSlice,
                 body: Sequence) -> None:
+        """``h_t = c + u ∘ (h − c)`` into the state.  Inference with nothing to mask or output
+        updates ``h`` in place; otherwise ``h_t`` is a temporary first, saved (masked) into the
+        intermediates and outputs, then copied or latched into ``h`` (a padded row keeps its
+        state)."""
         graph, params, n = self.graph, self.params, self.name
         mask = None if step.mask is None else step.mask.expand([1])   # [B, 1]
         if not self.training and mask is None and not slices.outputs:
@@ -290,6 +297,8 @@ class _Cell:
 
 # ---- forward entry points -----------------------------------------------------------------------
 def _lengths_for(params: GruParams, real_time_steps: Tensor | None) -> GruParams:
+    """``params`` with ``real_time_steps`` as its per-row lengths, refused where poplibs refuses
+    ``realTimeSteps``: without outputFullSequence, or beside variable time steps."""
     if real_time_steps is None:
         return params
     expect(isinstance(real_time_steps, Tensor), GrucTypeError,
@@ -305,6 +314,10 @@ def _forward(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
              weights: GruWeights, prog: Sequence, save_intermediates: bool,
              real_time_steps: Tensor | None, attention: Tensor | None, name: str,
              options: OptionsLike) -> ForwardResult:
+    """The body of ``gru_fwd`` and ``au_gru_fwd``: check every argument, copy the input (and the
+    attention scores) into sequence tensors laid out for the shards, then run the cell in the RNN
+    loop.  Outputs and intermediates that padded steps would leave unwritten are zeroed first;
+    without per-row lengths they are only declared undefined."""
     check_layer_args(graph, params, prog, name or "gru_fwd")
     expect(isinstance(save_intermediates, bool), GrucTypeError,
            f"save_intermediates must be True or False, got {save_intermediates!r}")

@@ -352,6 +352,10 @@ class _BackwardCell:
 
     def _reset_before(self, reset: Tensor, h_prev: Tensor, d_gates: Tensor,
                       body: Sequence) -> tuple[list[tuple[Tensor, ...]], Tensor | None]:
+        """Reset-before: ``[dx₂ | dhr] = dc · W_cᵀ``, then ``dr`` into ``d_gates[0]``, then
+        ``[dx₁ | dh₁] = [dr, du] · W_ruᵀ``.  Returns the terms of ``dh_{t-1}`` (``dhr ∘ r`` and
+        ``dh₁``) for :meth:`_carry`, and ``dx`` (None without input gradients: the weights then
+        have no input rows, so the products give no x columns)."""
         graph, n, i = self.graph, self.name, self.params.input_size
         with_inputs = self.params.calc_input_gradients
         through_c = mat_mul(graph, d_gates[2], self.w.c, body, options=self.mm, name=f"{n}/dc_w")
@@ -370,6 +374,10 @@ class _BackwardCell:
 
     def _reset_after(self, reset: Tensor, saved: Tensor, d_gates: Tensor, body: Sequence
                      ) -> tuple[list[tuple[Tensor, ...]], Tensor | None, Tensor]:
+        """Reset-after: ``dr = σ'(r) ∘ dc ∘ c_rec`` (``c_rec`` from the saved intermediates) into
+        ``d_gates[0]``, ``[dr, du, dc ∘ r] · Whᵀ`` as the term of ``dh_{t-1}``, and
+        ``dx = [dr, du, dc] · Wiᵀ`` if input gradients are asked for.  ``dc ∘ r`` is returned
+        too, so the weight update need not form it again."""
         graph, n, params = self.graph, self.name, self.params
         candidate_recurrent = saved[3 + (not params.output_full_sequence)]
         d_candidate = d_gates[2]

@@ -74,6 +74,8 @@ class GruLayerConfig(GrucModel):
     @field_validator("data_type")
     @classmethod
     def _type(cls, value: str) -> str:
+        """The data type by any name :func:`~gruc.types.dtype_of` takes, kept as its canonical name
+        so two spellings make one configuration (one sweep row); half or float only."""
         try:
             dtype = dtype_of(value)
         except GrucTypeError:
@@ -104,6 +106,9 @@ class GruLayerConfig(GrucModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "GruLayerConfig":
+        """The rules between flags: variable and real time steps exclude each other, variable
+        lengths are one or one per batch row, each within the sequence, and real time steps need
+        every step output (poplibs' own rule, in its words)."""
         if self.variable_time_steps is not None:
             if self.with_real_time_steps:
                 raise ValueError("variable time steps and real time steps are exclusive")

@@ -90,6 +90,8 @@ class GruParams(GrucModel):
     @field_validator("layer_sizes", mode="before")
     @classmethod
     def _layer_sizes(cls, value: Any) -> tuple[int, int]:
+        """``(input size, hidden size)`` from a list or tuple of two positive integers (numpy's
+        too), as plain ints; a wrong count gets poplibs' message."""
         if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
             raise ValueError(f"layer sizes must be a pair (input size, hidden size), got {value!r}")
         sizes = tuple(value)
@@ -171,6 +173,8 @@ class GruOptions(OptionFlags):
     @field_validator("partials_type", mode="before")
     @classmethod
     def _partials(cls, value: Any) -> str:
+        """``partialsType`` as ``half`` or ``float``, from a name in any case or a type; pydantic
+        names the option, the message names the allowed values."""
         if isinstance(value, str):
             name = value.lower()
         else:

@@ -164,6 +164,9 @@ class CheckedInterpreter(Interpreter):
 
     def _vertex_guard(self, leaf: ExecuteStep, position: int, lowered: LoweredVertex,
                       require_local: bool) -> Callable[[DeviceMemory], None]:
+        """The guard of one vertex: its static accesses, checked at every execution.  A dynamic
+        slice or update also has the base rows its offsets select checked then, the only time they
+        are known; a skipped one (offsets out of range) is recorded, not refused."""
         where = f"step {leaf.step}, {describe_vertex(lowered, position, leaf.name)}"
         accesses = vertex_accesses(lowered, require_local)
         guard = _Guard(self.regions, where, accesses)
@@ -201,6 +204,8 @@ class CheckedInterpreter(Interpreter):
                 for key, run in prepared.items()}
 
     def _wrap(self, key: int, run: Prepared) -> Prepared:
+        """``run`` behind the guards of its vertex and of the vertices a hook folded into it, all
+        checked before any of them touches memory."""
         guards = [self._guards[k] for k in (*self._companions.get(key, ()), key)]
 
         def checked(memory: DeviceMemory) -> None:

@@ -139,6 +139,9 @@ def _concatenated(tensor: Tensor) -> Iterator[Tensor]:
 
 
 class _StepCoster:
+    """The static cost of each step of one graph: compute cycles per tile from the vertex cycle
+    estimators, and the bytes each tile receives and sends, from the exchange estimators and from
+    the elements vertices read on tiles other than their own."""
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.target = graph.target
@@ -307,6 +310,9 @@ class _StepCoster:
             crossing.append(crosses)
 
     def step(self, step: Step) -> StepCost:
+        """One step's cost.  Exchange takes the busiest tile's larger direction (in or out) at the
+        on-IPU rate, or at the inter-IPU rate with the inter-IPU sync when any transfer crosses an
+        IPU; ``WriteUndef`` and ``PrintTensor`` cost nothing, not even a sync."""
         node = step.node
         compute, bytes_in, bytes_out = self.zeros(), self.zeros(), self.zeros()
         crossing: list[bool] = []

@@ -103,6 +103,9 @@ class Interpreter:
         return prepare(vertex)
 
     def run(self, program: int) -> None:
+        """Run entry program ``program``.  ``loop_trips`` and ``branches`` then describe this run
+        only, and the after-run hooks run even when it fails, so device memory is complete between
+        runs."""
         self.loop_trips.clear()
         self.branches.clear()
         try:

@@ -256,6 +256,8 @@ class HostCopies:
         self._copies: dict[tuple[str, frozenset[int], bytes], list[tuple[np.ndarray, HostCopy]]] = {}
 
     def of(self, operand) -> HostCopy:
+        """The one :class:`HostCopy` of ``operand``'s elements in their order, its type and its
+        variables (found by a hash of the index, then compared exactly)."""
         index = operand.index.reshape(-1)
         variables = frozenset(v.index for v in operand.tensor.variables())
         key = (operand.dtype.name, variables, hashlib.sha1(index.tobytes()).digest())
@@ -305,6 +307,9 @@ class CompiledCopy:
 
     @staticmethod
     def _prepare(step) -> Callable:
+        """The move of one copy step: runs of consecutive addresses when they are long enough to
+        pay, else element by element; the numpy definition when nothing moves, the types differ, or
+        source and destination share an address."""
         from gruc.runtime.interp import numpy_copy
 
         source, target = step.src.index.reshape(-1), step.dst.index.reshape(-1)

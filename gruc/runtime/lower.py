@@ -80,6 +80,9 @@ class Operand:
 
     @property
     def index(self) -> np.ndarray:
+        """The element indices, resolved and read-only from the first read.  Every check registered
+        with :meth:`on_resolve` passes before any caller sees them; a failed one leaves the operand
+        unresolved, so no one ever reads an unchecked index."""
         if self._index is None:
             index = self._resolve()
             index.flags.writeable = False
@@ -261,6 +264,9 @@ class Executable:
 
 
 class _Lowering:
+    """Lowers one module for one memory plan: every tensor becomes an operand at its planned
+    addresses (tiles ``tile_stride`` bytes apart), every leaf takes the step number liveness gave
+    it."""
     def __init__(self, module: Module, plan: MemoryPlan, liveness: Liveness) -> None:
         self.module = module
         self.graph: Graph = module.graph
@@ -304,6 +310,9 @@ class _Lowering:
         return lowered if isinstance(lowered, Block) else Block((lowered,))
 
     def node(self, node: Program):
+        """The lowered form of ``node``.  Leaves take their step numbers in the order liveness
+        numbered them (:meth:`take_step` checks each); a ``while`` predicate is numbered after its
+        condition, an ``If`` predicate before its branches."""
         if isinstance(node, Sequence):
             return Block(tuple(self.node(p) for p in node.programs))
         if isinstance(node, Execute):
@@ -335,6 +344,8 @@ class _Lowering:
         raise GrucProgramError(f"cannot lower program node {type(node).__name__}")
 
     def run(self) -> Executable:
+        """The executable: entry programs, then function bodies (the order liveness numbers steps
+        in), with host streams, the allocated constants and each step's reads and writes."""
         programs = tuple(self.block(p) for p in self.module.programs)
         functions = tuple(self.block(f.program) for f in self.graph.functions)
         if self.next_step != len(self.steps):

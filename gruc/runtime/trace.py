@@ -33,6 +33,9 @@ _GRID = float(2 ** 20)
 
 
 class _TraceBuilder:
+    """Builds the trace events of one run (see the module): tiles grouped into at most
+    :data:`MAX_TILE_TRACKS` tracks per IPU, durations from the step costs and the run's trip counts
+    and branches."""
     def __init__(self, executable: Executable, costs: tuple[StepCost, ...], target: Target,
                  loop_trips: dict[int, int], branches: dict[int, bool],
                  step_names: list[str]) -> None:
@@ -87,6 +90,8 @@ class _TraceBuilder:
 
     def event(self, name: str, start: int, cycles: int, pid: int, tid: int,
               category: str, args: dict | None = None) -> None:
+        """One complete event (``ph: X``) of ``cycles`` from cycle ``start``, on the time grid so it
+        nests exactly; an event of no cycles is left out."""
         if cycles <= 0:
             return
         begin = self.microseconds(start)
@@ -107,6 +112,8 @@ class _TraceBuilder:
                 self.event(name, start, cycles, ipu, group + 1, "loop")
 
     def superstep(self, step: int, start: int) -> None:
+        """One step on the control track and on every tile track, with its phases inside: exchange,
+        then compute, then sync.  A track's compute is that of the busiest tile in its group."""
         cost = self.costs[step]
         name = self.step_names[step]
         end = start + cost.total_cycles
@@ -166,6 +173,8 @@ class _TraceBuilder:
             self.all_tiles(name, first_end, loop_end - first_end)
 
     def metadata(self) -> None:
+        """Name the tracks: each IPU a process; its control track and each tile group
+        (``tiles 4-7``, or ``tile 4``) a thread."""
         for ipu in range(self.target.num_ipus):
             self.events.append({"name": "process_name", "ph": "M", "pid": ipu, "tid": 0,
                                 "args": {"name": f"IPU {ipu}"}})

@@ -401,6 +401,9 @@ class _Deferred:
 
 def _fail(regions: Regions, module: Module, culprit: object, where: object,
           access: Access) -> None:
+    """Raise the GrucVerifyError of a refused access: the step and vertex, what the access touches
+    and why it may not, and the IR around ``culprit`` (built only on failure: the excerpt prints the
+    whole module)."""
     from gruc.ir.verify import _context  # the verifier's IR excerpt, only built on failure
 
     if isinstance(where, tuple):

@@ -319,6 +319,9 @@ class _Tree:
                 f'<ul class="tree">{body}</ul></details></li>')
 
     def item(self, item) -> str:
+        """``item`` of the lowered tree as HTML list items: a leaf per step with its count and
+        cost, loops, ``while`` and ``if`` as groups with their predicate steps, a call by function
+        name."""
         if isinstance(item, (ExecuteStep, CopyStep, MarkStep, PrintStep)):
             return self.leaf(item.step)
         if isinstance(item, Block):
@@ -347,6 +350,8 @@ class _Tree:
 
 def _table(headers: list[str], rows: list[list[object]], text_columns: set[int],
            table_id: str) -> str:
+    """An HTML table, every cell escaped; columns in ``text_columns`` are marked ``text``
+    (left-aligned, numbers are not)."""
     def cell(tag: str, k: int, value: object) -> str:
         kind = ' class="text"' if k in text_columns else ""
         return f"<{tag}{kind}>{html.escape(str(value))}</{tag}>"
@@ -358,6 +363,8 @@ def _table(headers: list[str], rows: list[list[object]], text_columns: set[int],
 
 
 def _steps_table(engine: "Engine") -> str:
+    """One row per step: executions, per-execution cycles and bytes, and its cycles over all
+    executions with their share of the total (the steps that dominate a run)."""
     report = engine.report
     total = max(report.cycles.total, 1)
     rows = []
@@ -372,6 +379,8 @@ def _steps_table(engine: "Engine") -> str:
 
 
 def _tiles_table(engine: "Engine", views: MemoryViews) -> str:
+    """The tiles holding the most bytes (at most TOP_TILES, none empty), each with its largest
+    tensors: where memory runs out first."""
     order = np.lexsort((np.arange(len(views.total)), -views.total))[:TOP_TILES]
     rows = []
     for tile in order.tolist():

@@ -50,6 +50,7 @@ CHILD = textwrap.dedent(r'''
                                {"traceEvents": events, "otherData": {"version": version}})
         else:
             store.add({"config": f"c{version}", "version": version, "payload": filler * 4})
+            store.write()  # now, whatever the store's own rewrite schedule
 
     write(1)
     if mode == "midway":

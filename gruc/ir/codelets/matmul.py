@@ -214,6 +214,9 @@ def _float_type(name: str, role: str, tensor: "Tensor") -> None:
 
 
 def _check_partials(vertex: "Vertex") -> None:
+    """``a`` ``[G, M, K]`` and ``b`` ``[G, K, N]`` of one float type, ``blocks`` four positive
+    integers, ``partials`` and ``received`` shaped as the blocking says and placed one block per
+    tile."""
     name = vertex.kind.name
     a, b, partials, received = (vertex.fields[f] for f in ("a", "b", "partials", "received"))
     if a.rank != 3 or b.rank != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
@@ -264,6 +267,8 @@ def _check_placement(vertex: "Vertex", geometry: Blocking, sizes: np.ndarray) ->
 
 
 def _check_reduce(vertex: "Vertex") -> None:
+    """``out`` ``[G, M, N]`` and ``partials`` ``[G, Pk, M, N]`` of float types; for the accumulating
+    kind, a one-element ``scale`` if given and a numeric ``k``."""
     name = vertex.kind.name
     out, partials = vertex.fields["out"], vertex.fields["partials"]
     if (out.rank != 3 or partials.rank != 4 or partials.shape[0] != out.shape[0]

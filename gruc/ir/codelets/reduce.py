@@ -126,6 +126,8 @@ def check_reduce_types(in_dtype: DType, out_dtype: DType, op: Operation, scale: 
 
 
 def _check_reduce(vertex: "Vertex", update: bool) -> None:
+    """2-D regions of one type, one int offset each, fitting the output and together covering every
+    output element; ``update`` (ReduceUpdate, ``o + scale * acc``) only with the ``add`` family."""
     name = vertex.kind.name
     out = vertex.fields["out"]
     ins = vertex.fields["ins"]

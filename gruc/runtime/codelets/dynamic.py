@@ -65,6 +65,8 @@ class _Window:
 # ---- numpy ------------------------------------------------------------------------------------
 @numpy_vertex("DynamicSlice")
 def _numpy_slice(vertex: LoweredVertex) -> Prepared:
+    """The definition of ``DynamicSlice``: the base rows at the offsets into ``out``; with an offset
+    out of range the vertex does nothing and ``out`` keeps what it held."""
     w = _Window(vertex, "out")
 
     def run(memory: DeviceMemory) -> None:
@@ -78,6 +80,8 @@ def _numpy_slice(vertex: LoweredVertex) -> Prepared:
 
 @numpy_vertex("DynamicUpdate")
 def _numpy_update(vertex: LoweredVertex) -> Prepared:
+    """The definition of ``DynamicUpdate``: ``update`` into the base rows at the offsets; with an
+    offset out of range the base is left unchanged."""
     w = _Window(vertex, "update")
 
     def run(memory: DeviceMemory) -> None:
@@ -104,6 +108,9 @@ def _numpy_update(vertex: LoweredVertex) -> Prepared:
 def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_index, width_start,
                   widths, window_count, base_start, base_pieces, piece_moves, window_start,
                   window_pieces, scatter):  # pragma: no cover (compiled)
+    """Move the window of every vertex of a group, piece by piece: base into window, or window into
+    base with ``scatter`` (DynamicUpdate).  With ``piece_moves`` non-empty a base piece is found
+    from the first row's and how far it moves a row, else read from the table row by row."""
     moved_rows = piece_moves.shape[0] > 0
     for v in range(window_count.shape[0]):
         first, last = dim_start[v], dim_start[v + 1]
@@ -155,6 +162,8 @@ def _move_windows(data, offset_data, dim_start, dim_sizes, window_sizes, offset_
 @njit(cache=True, nogil=True)
 def _move_rows(data, offset_data, offset_index, rows, row_pieces, piece_moves, window_pieces,
                widths, scatter):  # pragma: no cover (compiled)
+    """The one-row group above: every vertex moves row ``offset_data[offset_index]`` of bases of
+    ``rows`` rows (nothing if it is out of range), ``scatter`` as in :func:`_move_windows`."""
     row = np.int64(offset_data[offset_index])
     if row < 0 or row >= rows:
         return

@@ -34,6 +34,8 @@ from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
 
 
 def _prepare_numpy(vertex: LoweredVertex, out: Operand, operands: tuple[Operand, ...]) -> Prepared:
+    """The reference run of a map: gather every operand, evaluate the tree with the expression's own
+    semantics, then store, so every operand is read before anything is written."""
     evaluate = ex.compile_evaluator(vertex.params["expr"], [op.dtype for op in operands])
 
     def run(memory: DeviceMemory) -> None:
@@ -292,6 +294,10 @@ def _reads_what_it_wrote(out: Operand, operands: tuple[Operand, ...]) -> bool:
 
 
 def _numba_map(vertex: LoweredVertex, unchanged: Callable[[Operand], Unchanged]) -> Prepared:
+    """How a map vertex runs on the numba backend: the numpy definition where numba cannot match it
+    (half data, an output overwriting what an operand still reads); else operands staged into
+    contiguous arrays where runs are short (or short and the tree costly) and staging pays, a loop
+    over segments, or a gather by index."""
     out, operands = _operands(vertex)
     dtypes = [op.dtype for op in operands]
     expression = ex.bind_const_types(vertex.params["expr"], dtypes)

@@ -62,6 +62,11 @@ F32 = np.float32
 # ---- numpy: the definition --------------------------------------------------------------------
 @numpy_vertex("MatMulPartials")
 def _numpy_partials(vertex: LoweredVertex) -> Prepared:
+    """The definition of ``MatMulPartials``: an exchange phase copies every tile's ``a`` and ``b``
+    blocks into ``received``, then each block's product is computed from those copies in float32 and
+    rounded once into ``partials``.  Computing from the copies lets every numerical test check the
+    buffer's place in the memory plan; the compiled engine reads the operands and gets the same
+    numbers."""
     a, b, p, r = (vertex.fields[name] for name in ("a", "b", "partials", "received"))
     geometry = blocking_of(vertex.vertex)
     G, M, K, N = geometry.shape
@@ -111,6 +116,9 @@ def _factor(memory: DeviceMemory, scale: Operand | None, k: float) -> np.float32
 @numpy_vertex("MatMulReduce")
 @numpy_vertex("MatMulReduceAcc")
 def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
+    """The definition of ``MatMulReduce`` and ``MatMulReduceAcc``: the ``Pk`` partials of each
+    output summed in float32; the Acc kind adds ``k * scale[0]`` times the sum to the output, also
+    in float32, and either rounds once into the output's type."""
     out, p, scale, k = _reduce_parts(vertex)
     accumulate = vertex.kind == "MatMulReduceAcc"
     shape = p.shape
@@ -609,6 +617,8 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
 
 @exchange_estimator("MatMulPartials")
 def _partials_exchange(vertex: Vertex, graph: Graph) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Bytes each tile receives and sends for a ``MatMulPartials`` vertex, and whether any cross an
+    IPU: only ``a`` and ``b`` blocks move to the tiles that lack them."""
     geometry = blocking_of(vertex)
     tiles = block_tiles(vertex)
     received = np.zeros(graph.target.num_tiles, dtype=np.int64)
@@ -621,6 +631,9 @@ def _partials_exchange(vertex: Vertex, graph: Graph) -> tuple[np.ndarray, np.nda
 @exchange_estimator("MatMulReduce")
 @exchange_estimator("MatMulReduceAcc")
 def _reduce_exchange(vertex: Vertex, graph: Graph) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Bytes each tile receives and sends for a matmul reduction, and whether any cross an IPU:
+    every partial not on its output element's tile, and the ``scale`` element sent once to every
+    other tile holding outputs."""
     num_tiles, per_ipu = graph.target.num_tiles, graph.target.tiles_per_ipu
     out, partials = vertex.fields["out"], vertex.fields["partials"]
     home = graph.element_tiles(out).astype(np.int64).reshape(out.shape)

@@ -40,6 +40,10 @@ def _parts(vertex: LoweredVertex) -> tuple[Operand, tuple[Operand, ...], Operati
 @numpy_vertex("Reduce")
 @numpy_vertex("ReduceUpdate")
 def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
+    """The definition of ``Reduce`` and ``ReduceUpdate``: each region reduced row by row in the
+    accumulator type and combined into its output slots, then scaled, added to the output for an
+    update, and rounded once to the output's type.  Overflow gives inf or wraps, without
+    warnings."""
     out, ins, op, offsets, scale, update = _parts(vertex)
     size = len(out.index)
     if not ins:
@@ -194,6 +198,9 @@ def region_table(offsets: list[int], ins: tuple[Operand, ...]) -> tuple[np.ndarr
 @numba_vertex("Reduce")
 @numba_vertex("ReduceUpdate")
 def _numba_reduce(vertex: LoweredVertex) -> Prepared:
+    """The compiled reduction: one generated kernel per op, types and update over the table of every
+    region.  Half data (numba has no float16 on a CPU) and a vertex without regions run the numpy
+    definition instead."""
     out, ins, op, offsets, scale, update = _parts(vertex)
     if not ins or out.dtype is HALF or ins[0].dtype is HALF:
         return NUMPY_VERTICES[vertex.kind](vertex)
