@@ -51,7 +51,10 @@ MAX_PLACEHOLDER = 20
 """Highest placeholder index (poplibs defines ``_1`` .. ``_20``)."""
 
 MAX_PARSE_DEPTH = 200
-"""Deepest nesting :func:`parse_expr` accepts; expressions are vertex bodies, not programs."""
+"""Deepest nesting (:func:`nesting`) of an expression: expressions are vertex bodies, not
+programs.  :func:`parse_expr` and the JSON loader accept no deeper text, the elementwise ops refuse
+deeper trees (the recursive walks over a tree must stay within Python's recursion limit), and
+in-place fusion stops short of it, so every module gruc builds prints and parses back."""
 
 
 # ------------------------------------------------------------------------------------------ ops
@@ -356,6 +359,25 @@ def with_children(expr: Expr, new: Sequence[Expr]) -> Expr:
     return expr
 
 
+def nesting(expr: Expr) -> int:
+    """How many levels below the root the deepest leaf is (0 for a leaf), measured level by level
+    without recursion: a tree too deep for the recursive walks must be measured to be refused, and
+    a subtree shared many times (``x = x + x`` in a loop) is counted once per level."""
+    level, depth = {id(expr): expr}, -1
+    while level:
+        depth += 1
+        level = {id(child): child for node in level.values() for child in children(node)}
+    return depth
+
+
+def check_nesting(expr: Expr) -> None:
+    """Refuse a tree nested deeper than :data:`MAX_PARSE_DEPTH`, before anything walks it."""
+    depth = nesting(expr)
+    if depth > MAX_PARSE_DEPTH:
+        raise GrucValueError(f"expression nested {depth} levels deep; at most {MAX_PARSE_DEPTH} "
+                             "(split it into several maps)")
+
+
 def walk(expr: Expr) -> Iterator[Expr]:
     """Every node, operands before the node that uses them (a shared subtree appears each time)."""
     for child in children(expr):
@@ -479,6 +501,7 @@ def _check(expr: Expr, operand_dtypes: Sequence[DType | str]) -> tuple[Expr, _Ty
     """Validate ``expr``; return it with constants typed, its typing, and its result type."""
     if not isinstance(expr, Expr):
         raise GrucTypeError(f"expected an expression, got {type(expr).__name__}")
+    check_nesting(expr)
     bound = _Typing(operand_dtypes).bind(expr, None)
     typing = _Typing(operand_dtypes)
     return bound, typing, typing.natural(bound)

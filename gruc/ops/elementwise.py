@@ -38,6 +38,7 @@ def _check_operands(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor]) -> t
             raise GrucTypeError(f"operand {k + 1} of map must be a Tensor, got {type(t).__name__}")
         if t.graph is not graph:
             raise GrucValueError(f"operand {k + 1} of map belongs to another graph")
+    ex.check_nesting(expr)
     if ex.max_placeholder(expr) > len(tensors):
         raise GrucValueError(f"expression {ex.to_text(expr)} uses _{ex.max_placeholder(expr)} but "
                              f"only {len(tensors)} tensors were given")

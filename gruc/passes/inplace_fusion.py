@@ -80,10 +80,13 @@ class _Uses:
 
 def _fused_plan(graph: Graph, consumer: ElementwiseStep, producer: ElementwiseStep,
                 temp: Variable) -> ElementwiseVertex | None:
-    """The consumer with the producer's expression in place of its reads of ``temp``."""
+    """The consumer with the producer's expression in place of its reads of ``temp``; None where
+    they do not fuse, or the fused tree could nest deeper than an expression may."""
     value = producer.expr
     if temp.dtype.storage != temp.dtype.compute:  # keep the rounding the temporary's store did
         value = ex.Cast(value, temp.dtype)
+    if ex.nesting(consumer.expr) + ex.nesting(value) >= ex.MAX_PARSE_DEPTH:
+        return None
     operands: list[Tensor] = []
 
     def slot(tensor: Tensor) -> ex.PlaceHolder:

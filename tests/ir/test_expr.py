@@ -658,3 +658,25 @@ def test_malformed_json_only_ever_raises_parse_errors(obj):
     except GrucParseError:
         return
     assert from_json(to_json(expr)) == expr
+
+
+def test_nesting_is_measured_without_recursion_and_refused_past_the_limit():
+    from gruc.ir.expr import MAX_PARSE_DEPTH, check_nesting, nesting, parse_expr, to_text
+
+    assert nesting(PlaceHolder(1)) == 0 and nesting(PlaceHolder(1) + Const(1.0)) == 1
+    shared = PlaceHolder(1)
+    for _ in range(60):                  # 2^60 leaves, 61 distinct nodes: counted once a level
+        shared = shared + shared
+    assert nesting(shared) == 60
+    deepest = PlaceHolder(1)
+    for _ in range(MAX_PARSE_DEPTH):
+        deepest = deepest + Const(1.0)
+    check_nesting(deepest)
+    assert parse_expr(to_text(deepest)) == deepest   # the deepest allowed tree round-trips
+    too_deep = PlaceHolder(1)
+    for _ in range(5000):
+        too_deep = Const(1.0) * too_deep
+    with pytest.raises(GrucValueError, match=r"nested 5000 levels deep; at most 200"):
+        check_nesting(too_deep)
+    with pytest.raises(GrucValueError, match="nested 5000 levels deep"):
+        result_dtype(too_deep, [FLOAT])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gruc import (FLOAT, HALF, Call, Copy, Engine, Execute, Graph, Module, Repeat, Sequence, Target,
                   WriteUndef)
-from gruc.errors import GrucOptionError
+from gruc.errors import GrucOptionError, GrucValueError
 from gruc.ir.expr import _1, _2, Const, maximum, sigmoid, tanh
 from gruc.ir.verify import verify
 from gruc.ops import map, map_in_place, map_with_output
@@ -206,3 +206,42 @@ def test_options_and_unknown_options():
     assert parse_pipeline("inplace-fusion{in-place=false}") == [InplaceFusion(in_place=False)]
     with pytest.raises(GrucOptionError, match=r"pass 'inplace-fusion' has no option 'colour'.*fuse"):
         parse_pipeline("inplace-fusion{colour=red}")
+
+
+def test_a_long_chain_of_maps_fuses_within_the_expression_depth_and_round_trips():
+    """400 single-op maps in a row: fusion stops short of the deepest expression gruc allows
+    (it recursed past Python's limit), so the fused module runs and prints and parses back."""
+    from gruc.ir.expr import MAX_PARSE_DEPTH, nesting
+    from gruc.ir.parser import parse_module
+    from gruc.ir.printer import print_module
+
+    graph, prog = Graph(T4), Sequence()
+    x = graph.add_variable(FLOAT, [16], "x")
+    graph.map_tensor_linearly(x)
+    graph.create_host_write("x", x)
+    t = x
+    for _ in range(400):
+        t = map(graph, _1 + Const(1.0), [t], prog)
+    graph.create_host_read("out", t)
+    fused = run_pipeline(Module(graph, [prog]), DEFAULT_PIPELINE).module
+    depths = [nesting(v.params["expr"]) for cs in fused.graph.compute_sets for v in cs.vertices
+              if "expr" in v.params]
+    assert 100 < max(depths) <= MAX_PARSE_DEPTH
+    parse_module(print_module(fused))
+    engine = Engine(graph, [prog])
+    engine.write_tensor("x", np.arange(16, dtype=np.float32))
+    engine.run(0)
+    np.testing.assert_array_equal(engine.read_tensor("out"), np.arange(16) + 400.0)
+
+
+def test_map_refuses_an_expression_deeper_than_the_ir_holds():
+    graph, prog = Graph(T4), Sequence()
+    x = graph.add_variable(FLOAT, [4], "x")
+    graph.map_tensor_linearly(x)
+    expr = _1
+    for _ in range(1000):                # a sum built term by term
+        expr = expr + _1
+    for build in (map, map_in_place):
+        with pytest.raises(GrucValueError, match="nested 1000 levels deep; at most 200"):
+            build(graph, expr, [x], prog)
+    assert not graph.compute_sets
