@@ -18,6 +18,7 @@ a constant) the result is computed aside and copied in, as poplibs does.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,18 @@ from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, require_writable, share_elements
 from gruc.types import DType, dtype_of
+
+
+def _tensor_list(tensors: object, what: str) -> list:
+    """The operand list of a map: a Tensor itself is refused by name (iterating one is an error
+    about ``t[i]`` that would not say which argument was wrong)."""
+    if isinstance(tensors, Tensor):
+        raise GrucTypeError(f"{what} takes a list of tensors, got one Tensor; write [t]")
+    try:
+        return list(tensors)
+    except TypeError:
+        raise GrucTypeError(f"{what} takes a list of tensors, got {type(tensors).__name__}"
+                            ) from None
 
 
 def _check_operands(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor]) -> tuple[int, ...]:
@@ -54,6 +67,16 @@ def _check_number(value: object, what: str) -> None:
         value = value.item()
     if not isinstance(value, (bool, int, float)):
         raise GrucTypeError(f"{what} must be a number (bool, int or float), got {value!r}")
+
+
+def finite_scale(value: object, what: str) -> float:
+    """``value`` as a float scale factor: a number, not a bool, and finite — a NaN or infinite
+    scale makes every element of the result NaN or infinite, never what a caller meant."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GrucTypeError(f"{what} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise GrucValueError(f"{what} must be finite, got {value!r}")
+    return float(value)
 
 
 def create_output(graph: Graph, tensors: Sequence[Tensor], shape: tuple[int, ...], dtype: DType,
@@ -143,7 +166,7 @@ def map(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], prog: Seq,  
     """A new tensor holding ``expr`` over ``tensors`` (popops ``map``)."""
     check_op_args(graph, prog, "map")
     expr = ex.as_expr(expr)
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, "map")
     shape = _check_operands(graph, expr, tensors)
     out_type = ex.result_dtype(expr, [t.dtype for t in tensors])
     out = create_output(graph, tensors, shape, out_type, name or "map_out")
@@ -156,7 +179,7 @@ def map_with_output(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], 
     """Write ``expr`` over ``tensors`` into ``out`` (popops ``mapWithOutput``)."""
     check_op_args(graph, prog, "map_with_output")
     expr = ex.as_expr(expr)
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, "map_with_output")
     shape = _check_operands(graph, expr, tensors + [out])
     require_writable(out, "map_with_output")
     if shape != out.shape:
@@ -174,7 +197,7 @@ def map_in_place(graph: Graph, expr: ex.ExprLike, tensors: Sequence[Tensor], pro
     """``tensors[0] = expr(tensors...)`` (popops ``mapInPlace``)."""
     check_op_args(graph, prog, "map_in_place")
     expr = ex.as_expr(expr)
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, "map_in_place")
     if not tensors:
         raise GrucValueError("map_in_place needs at least the tensor to update")
     target = tensors[0]
@@ -241,8 +264,6 @@ def div_in_place(graph: Graph, a: Tensor, b: Tensor, prog: Seq, name: str = "") 
 def scaled_add_to(graph: Graph, a: Tensor, b: Tensor, scale: float | Tensor, prog: Seq,
                   name: str = "") -> None:
     """``a += scale * b``; ``scale`` is a number or a one-element tensor (popops ``scaledAddTo``)."""
-    if not isinstance(scale, Tensor):
-        _check_number(scale, "scaled_add_to scale")
     if isinstance(scale, Tensor):
         if scale.num_elements != 1:
             raise GrucShapeError(f"scaled_add_to scale must have one element, got shape "
@@ -251,7 +272,8 @@ def scaled_add_to(graph: Graph, a: Tensor, b: Tensor, scale: float | Tensor, pro
         map_in_place(graph, ex.PlaceHolder(1) + ex.PlaceHolder(2) * ex.PlaceHolder(3),
                      [a, b, scale_view], prog, name or "scaled_add_to")
         return
-    map_in_place(graph, ex.PlaceHolder(1) + ex.PlaceHolder(2) * ex.Const(float(scale)), [a, b],
+    scale = finite_scale(scale, "scaled_add_to scale")
+    map_in_place(graph, ex.PlaceHolder(1) + ex.PlaceHolder(2) * ex.Const(scale), [a, b],
                  prog, name or "scaled_add_to")
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -51,6 +50,7 @@ from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
+from gruc.ops.elementwise import finite_scale
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
 from gruc.validated import OptionFlags
@@ -485,8 +485,8 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
                                  "overwrites; copy it to a tensor of its own first")
         acc_fields["scale"] = k
         k = 1.0
-    elif not isinstance(k, (int, float, np.number)) or isinstance(k, bool) or not math.isfinite(k):
-        raise GrucTypeError(f"{what}: k must be a finite number or a one-element tensor, got {k!r}")
+    else:
+        finite_scale(k, f"{what}: k (a number or a one-element tensor)")
     _emit(graph, plan, _grouped(a), _grouped(b), _grouped(c), prog, name or "matmul_acc",
           acc_fields, float(k))
 

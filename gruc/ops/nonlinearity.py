@@ -47,7 +47,7 @@ from gruc.ir import expr as ex
 from gruc.ir.expr import _1, _2, Const
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.program import Sequence as Seq
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, require_writable
 from gruc.ops.elementwise import cast, create_output, map, map_in_place, map_with_output
 from gruc.ops.reduce import Operation, reduce
 from gruc.types import FLOAT, HALF
@@ -240,6 +240,7 @@ def non_linearity_in_place(graph: Graph, kind: NonLinearity | str, t: Tensor, pr
     check_op_args(graph, prog, "non_linearity_in_place")
     kind = non_linearity_of(kind)
     t = _check(graph, t, "non-linearity input")
+    require_writable(t, "non_linearity_in_place")  # before a softmax's first reduction is added
     name = name or kind.value
     if kind.is_softmax:
         _softmax(graph, kind, t, prog, name, in_place=True)

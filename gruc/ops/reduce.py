@@ -53,7 +53,7 @@ from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute
 from gruc.ir.program import Sequence as Seq
 from gruc.ir.tensor import Tensor, concat, require_writable, share_elements
-from gruc.ops.elementwise import fill
+from gruc.ops.elementwise import fill, finite_scale
 from gruc.types import DType, dtype_of
 
 __all__ = ["Operation", "operation_of", "reduce", "reduce_with_output"]
@@ -89,12 +89,6 @@ def _normalise_dims(t: Tensor, dims: Iterable[int] | int) -> tuple[int, ...]:
             raise GrucValueError(f"reduce dimension {d} is listed twice in dims {given!r}")
         result.append(d)
     return tuple(sorted(result))
-
-
-def _check_scale(scale: object) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise GrucTypeError(f"reduce scale must be a number, got {scale!r}")
-    return float(scale)
 
 
 def _result_shape(t: Tensor, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -426,7 +420,7 @@ def reduce(graph: Graph, t: Tensor, dims: Iterable[int] | int, op: Operation | s
     t = _check_tensor(graph, t, "reduce input")
     op = operation_of(op)
     dims = _normalise_dims(t, dims)
-    scale = _check_scale(scale)
+    scale = finite_scale(scale, "reduce scale")
     out_dtype = t.dtype if out_type is None else dtype_of(out_type)
     check_reduce_types(t.dtype, out_dtype, op, scale)
     name = name or "reduce"
@@ -447,7 +441,7 @@ def reduce_with_output(graph: Graph, t: Tensor, out: Tensor, dims: Iterable[int]
     out = _check_tensor(graph, out, "reduce output")
     op = operation_of(op)
     dims = _normalise_dims(t, dims)
-    scale = _check_scale(scale)
+    scale = finite_scale(scale, "reduce scale")
     if not isinstance(update, (bool, np.bool_)):
         raise GrucTypeError(f"reduce update must be True or False, got {update!r}")
     if update and not op.is_add_family:

@@ -575,7 +575,18 @@ BAD_INPUTS = [
         graph()), GrucValueError, "fill cannot write into a view"),
     ("non-linearity-in-place-broadcast", lambda: (lambda g: non_linearity_in_place(
         g, "tanh", var(g)[0:1].broadcast(3, 0), Sequence()))(graph()), GrucValueError,
-     "map_in_place cannot write into a view that holds some elements more than once"),
+     "non_linearity_in_place cannot write into a view that holds some elements more than once"),
+    ("softmax-in-place-broadcast", lambda: (lambda g: non_linearity_in_place(
+        g, "softmax_stable", var(g)[0:1].broadcast(3, 0), Sequence()))(graph()), GrucValueError,
+     "non_linearity_in_place cannot write into a view"),
+    ("scaled-add-nan", lambda: (lambda g: scaled_add_to(g, var(g), var(g, name="b"),
+                                                        float("nan"), Sequence()))(graph()),
+     GrucValueError, "scaled_add_to scale must be finite, got nan"),
+    ("reduce-scale-inf", lambda: (lambda g: reduce(g, var(g), [0], "add", Sequence(),
+                                                   scale=float("inf")))(graph()),
+     GrucValueError, "reduce scale must be finite, got inf"),
+    ("map-tensor-not-list", lambda: (lambda g: map(g, _1, var(g), Sequence()))(graph()),
+     GrucTypeError, "map takes a list of tensors, got one Tensor"),
     ("dynamic-update-broadcast", lambda: (lambda g: dynamic_update(
         g, var(g)[0:1].broadcast(3, 0), var(g, (1, 6), name="row"),
         var(g, (1,), UNSIGNED_INT, name="o"), [0], [1], Sequence()))(graph()), GrucValueError,

@@ -407,8 +407,10 @@ def test_bad_inputs_raise_gruc_errors():
     with pytest.raises(GrucShapeError, match="k must have one element"):
         mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c2"), linear(graph, FLOAT, (2,), "k2"),
                     a, b34, Sequence())
-    with pytest.raises(GrucTypeError, match="finite number"):
+    with pytest.raises(GrucTypeError, match="one-element tensor. must be a number"):
         mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c3"), "2", a, b34, Sequence())
+    with pytest.raises(GrucValueError, match="must be finite, got nan"):
+        mat_mul_acc(graph, linear(graph, FLOAT, (2, 4), "c5"), float("nan"), a, b34, Sequence())
     c4 = linear(graph, FLOAT, (2, 4), "c4")
     with pytest.raises(GrucValueError, match="k is an element of C"):
         mat_mul_acc(graph, c4, c4[1, 2:3], a, b34, Sequence())
