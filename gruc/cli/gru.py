@@ -8,6 +8,7 @@ is checked against the float64 reference with poplibs' tolerances (``--rel-toler
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from typing import Any
@@ -74,6 +75,8 @@ FLAGS = [
     ("--abs-tolerance", "abs_tolerance", float,
      "absolute tolerance of the check (default: by data type)"),
     ("--seed", "seed", int, "host data seed"),
+    ("--weights-range", "weights_range", float,
+     "host weights and biases uniform in +-R (poplibs: 1; 1/sqrt(H) keeps wide layers checkable)"),
     ("--backend", "backend", str, "numba (default) or numpy"),
 ]
 
@@ -165,6 +168,12 @@ def run(args: argparse.Namespace) -> int:
                 share = f" = {100 * worst / largest:.2g}% of" if largest else ", with"
                 print(f"  {name}: largest |diff| {worst:.3g}{share} its largest |expected| "
                       f"{largest:.3g}")
+        torch_range = 1 / math.sqrt(config.output_size)
+        if not passed and config.output_size >= 128 and config.weights_range > torch_range:
+            print(f"  (weights in +-{config.weights_range:g} can make a recurrence "
+                  f"{config.output_size} wide chaotic: the float64 reference itself then moves "
+                  "this much when a weight changes in its seventh digit; --weights-range "
+                  f"{torch_range:.3g} draws them as torch initialises them)")
     print(f"shards            {layer.num_shards}")
     engine.report.print_summary()
     print(f"FLOPs             {layer.flops()}")

@@ -39,7 +39,7 @@ from gruc.runtime.engine import compile_program
 from gruc.runtime.report import Report
 from gruc.target import Target
 
-PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance")
+PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
 """Layer flags that change how a layer runs or is checked, never its plan."""
 
 ROW_COLUMNS = (

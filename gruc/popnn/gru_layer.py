@@ -69,6 +69,13 @@ class GruLayerConfig(GrucModel):
     rel_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
     abs_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
     seed: int = Field(1002, ge=0, description="Host data seed (MT19937's, as poplibs' tool).")
+    weights_range: float = Field(
+        1.0, gt=0, allow_inf_nan=False,
+        description="Host weights and biases are drawn uniform in ±this (poplibs' tool: 1).  "
+                    "With ±1 a recurrence 128 or more wide is chaotic over tens of steps: the "
+                    "float64 reference itself moves by the whole output range when a weight "
+                    "changes in its seventh digit, so no float32 run can match it; 1/sqrt(H), "
+                    "as torch initialises them, keeps every size checkable.")
     backend: Literal["numba", "numpy"] = "numba"
 
     @field_validator("data_type")
@@ -286,7 +293,8 @@ def host_data(config: GruLayerConfig) -> tuple[gru_reference.RandomInputs, np.nd
         config.sequence_size, config.batch_size, config.input_size, config.output_size,
         reset_after=config.reset_after, attention=config.with_attention,
         output_full_sequence=config.output_all_sequence,
-        random_lengths=config.with_real_time_steps, round_to=config.data_type, seed=config.seed)
+        random_lengths=config.with_real_time_steps, round_to=config.data_type, seed=config.seed,
+        weights_range=config.weights_range)
     lengths = (np.asarray(config.variable_time_steps, dtype=np.int64)
                if config.variable_time_steps is not None else data.lengths)
     return data, lengths

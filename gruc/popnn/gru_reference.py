@@ -696,14 +696,15 @@ failed poplibs' half tolerances; capped, none)."""
 def random_inputs(S: int, B: int, I: int, H: int, *, reset_after: bool = False,
                   attention: bool = False, output_full_sequence: bool = True,
                   random_lengths: bool = False, round_to: str | None = None,
-                  seed: int = 1002) -> RandomInputs:
+                  seed: int = 1002, weights_range: float = 1.0) -> RandomInputs:
     """Random layer data drawn like poplibs' ``gru_layer`` (MT19937 seeded ``seed``).
 
     Values are float64; ``round_to="float"`` or ``"half"`` rounds them to that device type first
     (as ``gru_layer`` does), so a device run and the reference see the same numbers, and keeps
     attention scores below 1 in that type: at most :data:`HALF_ATTENTION_CEILING` for half.  The
     values are not bit-identical to poplibs' (different generator plumbing); the distributions
-    are.
+    are.  Weights and biases are poplibs' draws scaled by ``weights_range`` (the same stream of
+    numbers whatever the range).
     """
     for label, size in (("S", S), ("B", B), ("I", I), ("H", H)):
         if not isinstance(size, (int, np.integer)) or size < 1:
@@ -711,12 +712,13 @@ def random_inputs(S: int, B: int, I: int, H: int, *, reset_after: bool = False,
     rng = np.random.Generator(np.random.MT19937(seed))
     x = rng.uniform(-4.0, 4.0, (S, B, I))
     h0 = rng.uniform(-3.0, 3.0, (B, H))
-    wi = rng.uniform(-1.0, 1.0, (3, I, H))
-    wh = rng.uniform(-1.0, 1.0, (3, H, H))
+    wi = weights_range * rng.uniform(-1.0, 1.0, (3, I, H))
+    wh = weights_range * rng.uniform(-1.0, 1.0, (3, H, H))
     if reset_after:
         biases = np.stack([rng.uniform(-1.0, 1.0, (3, H)), rng.uniform(-1.0, 1.0, (3, H))], axis=1)
     else:
         biases = rng.uniform(-1.0, 1.0, (3, H))
+    biases = weights_range * biases
     lens = rng.integers(1, S + 1, B).astype(np.int64) if random_lengths else None
     att = rng.uniform(0.0, 1.0, (B, S)) if attention else None
     grad = rng.uniform(-2.0, 2.0, (S, B, H) if output_full_sequence else (B, H))

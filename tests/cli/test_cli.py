@@ -33,6 +33,18 @@ def test_gru_fails_when_the_check_cannot_pass(capsys):
     assert share == pytest.approx(100 * difference / largest, rel=0.1)  # printed to 2 digits
 
 
+def test_a_chaotic_layer_fails_with_the_reason_and_passes_with_torch_scaled_weights(capsys):
+    """poplibs' ±1 weights make a 128-wide recurrence chaotic over 100 steps (the float64 answer
+    itself is unstable), so the check fails and says why; ±1/sqrt(H) makes it pass."""
+    layer = ["gru", "--sequence-size", "100", "--batch-size", "2", "--output-size", "128",
+             "--input-size", "8", "--tiles-per-ipu", "16"]
+    assert main(layer) == 1
+    out = capsys.readouterr().out
+    assert "can make a recurrence 128 wide chaotic" in out and "--weights-range 0.0884" in out
+    assert main([*layer, "--weights-range", "0.0884"]) == 0
+    assert "PASSED" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("library", ["numpy", "bogus"])
 def test_gru_names_its_product_library_and_refuses_an_unknown_one(library, monkeypatch, capsys):
     monkeypatch.setenv("GRUC_BLAS", library)
