@@ -23,6 +23,7 @@ from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_la
                        plot_metrics, plot_tile_heatmap, run_sweep)
 from gruc.plan.grid import TUPLE_FIELDS
 from gruc.plan.layer import PLAN_IGNORED
+from gruc.plan.plots import require_plotting
 from gruc.plan.rows import cell_text
 from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
 from gruc.popnn.gru_layer import GruLayerConfig
@@ -195,6 +196,8 @@ def _study(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     _check_search_flags(args)
     _check_heatmap(args, spec)
+    if args.plots:
+        require_plotting()
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)
     try:

@@ -36,14 +36,23 @@ PANELS = (
 """(metric, axis label, capacity column, capacity label) of each panel."""
 
 
+def require_plotting() -> None:
+    """A GrucValueError naming the extra to install unless matplotlib imports: what a study asking
+    for plots checks before its sweep, not after it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise GrucValueError("plots need matplotlib, which the plain install leaves out: "
+                             "pip install 'gruc[viz]'") from None
+
+
 def _figure(width: float, height: float):
     """A matplotlib Figure on the Agg canvas, made without pyplot (no GUI backend, no global figure
     state to close); matplotlib missing is a GrucValueError naming the extra to install."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise GrucValueError("plots need matplotlib: pip install 'gruc[viz]'") from None
+    require_plotting()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure

@@ -94,3 +94,12 @@ def test_plots_with_nothing_swept_say_so_and_still_draw_the_heatmap(tmp_path, ca
     assert "plots             none: nothing is swept" in out and "refused" not in out.split(
         "rows              ")[1]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["tile-heatmap.png"]
+
+
+def test_plots_without_matplotlib_are_refused_before_the_sweep(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # as if not installed
+    code = main(["plan", "--input-size", "4", "--output-size", "4", "--batch-size", "1,2",
+                 "--tiles-per-ipu", "4", "--plots", "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "pip install 'gruc[viz]'" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "rows.json").exists()      # nothing was planned
