@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -14,6 +15,14 @@ from gruc.runtime.blas import cpu_info
 from gruc.runtime.report import atomic_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parse_no_options(doc: str | None) -> None:
+    """The command line of a script that takes no options: ``--help`` prints what it measures
+    (its docstring) and exits, and any argument is refused before minutes of measuring begin."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from _common import median_seconds, write_result
+from _common import median_seconds, parse_no_options, write_result
 from gruc import FLOAT, Engine, Graph, Repeat, Sequence, Target
 from gruc.ir.expr import _1, _2, Const, num_ops, sigmoid, tanh
 from gruc.ops import map_in_place
@@ -54,6 +54,7 @@ def build(backend: str):
 
 
 def main() -> None:
+    parse_no_options(__doc__)
     rng = np.random.default_rng(0)
     xv = rng.uniform(-1, 1, SHAPE).astype(np.float32)
     yv = rng.uniform(-1, 1, SHAPE).astype(np.float32)

@@ -10,11 +10,12 @@ import time
 
 import numpy as np
 
-from _common import write_result
+from _common import parse_no_options, write_result
 from gruc import FLOAT, Graph, Target
 
 
 def main() -> None:
+    parse_no_options(__doc__)
     start = time.perf_counter()
     graph = Graph(Target.ipu2())
     big = graph.add_variable(FLOAT, (1000, 64, 256), "big")

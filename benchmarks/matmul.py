@@ -26,7 +26,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from _common import median_seconds, write_result  # noqa: E402
+from _common import median_seconds, parse_no_options, write_result  # noqa: E402
 from gruc import FLOAT, Engine, Graph, Repeat, Sequence, Target  # noqa: E402
 from gruc.runtime.blas import library_name  # noqa: E402
 from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs,  # noqa: E402
@@ -110,6 +110,7 @@ def overhead(target: Target, rng) -> dict:
 
 
 def main() -> None:
+    parse_no_options(__doc__)
     rng = np.random.default_rng(0)
     target = Target.ipu2()
     shapes = [measure(target, a_shape, b_shape, rng) for a_shape, b_shape in SHAPES]

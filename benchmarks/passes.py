@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from _common import write_result
+from _common import parse_no_options, write_result
 from gruc import FLOAT, Engine, Graph, Sequence, Target
 from gruc.ir.expr import _1, _2, Const, sigmoid, tanh
 from gruc.ir.module import Module
@@ -162,6 +162,7 @@ def shard_section() -> dict:
 
 
 def main() -> None:
+    parse_no_options(__doc__)
     programs = {name: (lambda config=config: gru_program(config))
                 for name, config in LAYERS.items()}
     programs["elementwise_chain_64x512_16tiles"] = elementwise_chain

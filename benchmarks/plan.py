@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 
-from _common import median_seconds, write_result
+from _common import median_seconds, parse_no_options, write_result
 from gruc.ir.module import Module
 from gruc.ir.verify import verify
 from gruc.passes import DEFAULT_PIPELINE
@@ -97,6 +97,7 @@ def batch_search() -> dict[str, float]:
 
 
 def main() -> None:
+    parse_no_options(__doc__)
     plan_layer(SMALL)  # imports and first-call costs out of the way
     per_configuration = {}
     for name, config, repeats in [("16x2x8_S20_on_20_tiles", SMALL, 5),
