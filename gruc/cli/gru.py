@@ -16,11 +16,11 @@ from typing import Any
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan.layer import layer_step_counts
-from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, run_layer
+from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.report import write_text_atomically
-from gruc.runtime.viz import html_report
+from gruc.runtime.viz import StatusLine, html_report
 
 
 def _bool(text: str) -> bool:
@@ -142,6 +142,25 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
     return engine
 
 
+def _print_mismatches(config: GruLayerConfig, result: LayerRun) -> None:
+    """Each failing tensor's mismatches and its worst difference against its own magnitude; for a
+    wide layer drawn with wide weights, why no float run can match (a chaotic recurrence)."""
+    for name, lines in result.mismatches.items():
+        for line in lines:
+            print(f"  {line}")
+        if lines:
+            worst, largest = result.worst_error(name)
+            share = f" = {100 * worst / largest:.2g}% of" if largest else ", with"
+            print(f"  {name}: largest |diff| {worst:.3g}{share} its largest |expected| "
+                  f"{largest:.3g}")
+    torch_range = 1 / math.sqrt(config.output_size)
+    if not result.passed and config.output_size >= 128 and config.weights_range > torch_range:
+        print(f"  (weights in +-{config.weights_range:g} can make a recurrence "
+              f"{config.output_size} wide chaotic: the float64 reference itself then moves "
+              "this much when a weight changes in its seventh digit; --weights-range "
+              f"{torch_range:.3g} draws them as torch initialises them)")
+
+
 def run(args: argparse.Namespace) -> int:
     """``gruc gru``: build, compile, run and check the layer, print the summary; exit 1 when the
     check against the float64 reference fails, so scripts can tell."""
@@ -150,30 +169,22 @@ def run(args: argparse.Namespace) -> int:
           f"H={config.output_size} {config.data_type} phase={config.phase}"
           + (" reset_after" if config.reset_after else "")
           + (" AUGRU" if config.with_attention else ""), flush=True)
-    start = time.perf_counter()
-    layer = build_layer(config)
-    built = time.perf_counter() - start
-    if args.compile_only:
-        engine = compiled_only(config, layer)
-        compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
-    else:
-        result = run_layer(config, layer)
-        engine, compile_seconds, run_seconds = result.engine, result.compile_seconds, result.run_seconds
-        passed = result.passed
-        for name, lines in result.mismatches.items():
-            for line in lines:
-                print(f"  {line}")
-            if lines:
-                worst, largest = result.worst_error(name)
-                share = f" = {100 * worst / largest:.2g}% of" if largest else ", with"
-                print(f"  {name}: largest |diff| {worst:.3g}{share} its largest |expected| "
-                      f"{largest:.3g}")
-        torch_range = 1 / math.sqrt(config.output_size)
-        if not passed and config.output_size >= 128 and config.weights_range > torch_range:
-            print(f"  (weights in +-{config.weights_range:g} can make a recurrence "
-                  f"{config.output_size} wide chaotic: the float64 reference itself then moves "
-                  "this much when a weight changes in its seventh digit; --weights-range "
-                  f"{torch_range:.3g} draws them as torch initialises them)")
+    with StatusLine() as status:  # on a terminal only: what the first, compiling run is doing
+        status.show("building the layer ...")
+        start = time.perf_counter()
+        layer = build_layer(config)
+        built = time.perf_counter() - start
+        if args.compile_only:
+            status.show("compiling ...")
+            engine = compiled_only(config, layer)
+            compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
+        else:
+            status.show("compiling and running on the simulated IPU ...")
+            result = run_layer(config, layer)
+            engine, compile_seconds = result.engine, result.compile_seconds
+            run_seconds, passed = result.run_seconds, result.passed
+    if not args.compile_only:
+        _print_mismatches(config, result)
     print(f"shards            {layer.num_shards}")
     engine.report.print_summary()
     print(f"FLOPs             {layer.flops()}")

@@ -221,6 +221,18 @@ def test_status_line_draws_only_when_enabled():
     assert quiet.getvalue() == ""
 
 
+def test_gru_shows_what_it_is_doing_on_a_terminal(monkeypatch, capsys):
+    import gruc.cli.gru as gru_command
+
+    drawn = io.StringIO()
+    monkeypatch.setattr(gru_command, "StatusLine", lambda: StatusLine(drawn, enabled=True))
+    assert main(["gru", "--sequence-size", "2", "--batch-size", "2", "--input-size", "4",
+                 "--output-size", "4", "--tiles-per-ipu", "4"]) == 0
+    assert drawn.getvalue().split("\r\033[K")[1:] == [
+        "building the layer ...", "compiling and running on the simulated IPU ...", ""]
+    assert "PASSED" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, words", [
     (["viz", "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
     (["viz", "--input", "m.gruc", "--batch-size", "3"], ["--input", "--batch-size"]),
