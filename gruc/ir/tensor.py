@@ -372,6 +372,25 @@ class Tensor:
     def __iter__(self):
         raise GrucTypeError("iterate over a Tensor by index: t[i] for i in range(t.dim(0))")
 
+    def _no_arithmetic(self, *args):
+        """A Tensor is a graph value, not an array: operators would have to add compute sets to
+        some program, so there are none, and the error says where arithmetic is."""
+        raise GrucTypeError("a gruc Tensor has no arithmetic or comparison operators; build them "
+                            "into a program: gruc.ops.add(graph, a, b, prog), or gruc.ops.map("
+                            "graph, _1 + _2, [a, b], prog) for any expression")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arithmetic
+    __truediv__ = __rtruediv__ = __neg__ = __pow__ = __matmul__ = _no_arithmetic
+    __lt__ = __le__ = __gt__ = __ge__ = _no_arithmetic
+
+    def __len__(self) -> int:
+        raise GrucTypeError("a Tensor's size is t.dim(0) (or t.shape, t.num_elements)")
+
+    def __bool__(self) -> bool:
+        """Every tensor is true, as every Python object is (``name or t``, ``if t:`` tests for a
+        tensor, not its values): without this, truth would ask :meth:`__len__`."""
+        return True
+
     def __repr__(self) -> str:
         what = "var" if self.op is None else self.op.keyword
         return f"<Tensor {what} {self.dtype}{list(self.shape)}>"

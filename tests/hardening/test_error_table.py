@@ -585,6 +585,9 @@ BAD_INPUTS = [
     ("reduce-scale-inf", lambda: (lambda g: reduce(g, var(g), [0], "add", Sequence(),
                                                    scale=float("inf")))(graph()),
      GrucValueError, "reduce scale must be finite, got inf"),
+    ("tensor-plus-number", lambda: tensor() + 1, GrucTypeError, "gruc.ops.add(graph, a, b, prog)"),
+    ("tensor-compare", lambda: tensor() < 0, GrucTypeError, "no arithmetic or comparison"),
+    ("tensor-len", lambda: len(tensor()), GrucTypeError, "t.dim(0)"),
     ("map-tensor-not-list", lambda: (lambda g: map(g, _1, var(g), Sequence()))(graph()),
      GrucTypeError, "map takes a list of tensors, got one Tensor"),
     ("dynamic-update-broadcast", lambda: (lambda g: dynamic_update(
