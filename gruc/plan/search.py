@@ -5,12 +5,13 @@ plan costs up to seconds, so the value is bracketed by doubling from the start v
 fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
 until one does — then pinned down between the two, probing where the busiest tile's bytes,
 interpolated, reach its capacity, and bisecting where that does not narrow the bracket fast
-enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 3``.  The answer is a
-boundary — it fits, the next value does not — and the largest value only where fitting is
-monotone in the flag.  It is nearly so for a layer's sizes at a fixed shard count, not exactly:
-as a size grows the tile split of a product or a sequence changes, so the busiest tile's bytes
-can dip and a value a little past the boundary may fit again (batch 752 fits where 751 does not,
-16 tiles, 64×64); finding every such value would take a scan.  With poplibs' shard heuristic
+enough: at most about ``4 log2(answer)`` plans, often ``log2(answer) + 6``.  Fitting is nearly
+monotone in a layer's sizes at a fixed shard count, not exactly: as a size grows the tile split
+of a product or a sequence changes, so the busiest tile's bytes can dip and a value a little past
+a boundary may fit again (batch 752 fits where 751 does not, 16 tiles, 64×64).  So the search
+also plans the :data:`LOOK_PAST` values past the boundary it finds and goes on from any that
+fits: the answer fits and the next ``LOOK_PAST`` values do not.  A value fitting further past
+would take a scan to find.  With poplibs' shard heuristic
 (no ``--shards``) a longer sequence may get more shards and fit again, so fix ``--shards`` when
 searching the sequence length.  A flag where more is better (tiles per IPU)
 just runs to the ``limit``.  A value gruc refuses (a configuration error, or more shards than
@@ -45,6 +46,10 @@ SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shard
 
 DEFAULT_LIMIT = 1 << 20
 """Largest value the search tries unless told otherwise."""
+
+LOOK_PAST = 3
+"""Values past a boundary the search plans too: fitting dips a little past some boundaries (see
+the module), and a value among these that fits sends the search on from there."""
 
 
 @dataclass
@@ -134,15 +139,9 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
             return None, start
         floor, start = start, min(2 * start, limit)
     if _fits(evaluate(start)):
-        good, bad = start, None
-        while bad is None:  # exponential: double until a plan does not fit
-            if good >= limit:
-                return good, None
-            probe = min(2 * good, limit)
-            if _fits(evaluate(probe)):
-                good = probe
-            else:
-                bad = probe
+        good, bad = _double_up(evaluate, start, limit)
+        if bad is None:
+            return good, None
     else:
         good, bad = None, start
         while good is None:  # exponential: halve toward the floor until a plan fits
@@ -156,6 +155,33 @@ def _bracket(evaluate: Callable[[int], dict[str, Any]], start: int, limit: int
                 floor = probe
             else:
                 bad = probe
+    while True:
+        good, bad = _narrow(evaluate, good, bad)
+        refit = next((value for value in range(bad + 1, min(bad + LOOK_PAST, limit) + 1)
+                      if _fits(evaluate(value))), None)
+        if refit is None:
+            return good, bad
+        good, bad = _double_up(evaluate, refit, limit)
+        if bad is None:
+            return good, None
+
+
+def _double_up(evaluate: Callable[[int], dict[str, Any]], good: int, limit: int
+               ) -> tuple[int, int | None]:
+    """From a fitting ``good``, double until a plan does not fit: ``(largest fitting value seen,
+    the first that did not)``, with None where the limit still fits."""
+    while True:
+        if good >= limit:
+            return good, None
+        probe = min(2 * good, limit)
+        if not _fits(evaluate(probe)):
+            return good, probe
+        good = probe
+
+
+def _narrow(evaluate: Callable[[int], dict[str, Any]], good: int, bad: int) -> tuple[int, int]:
+    """Narrow a bracket (``good`` fits, ``bad`` does not) to neighbours, probing where the
+    interpolated bytes reach capacity and bisecting when two probes in a row did not halve it."""
     halved_at, since = bad - good, 0  # the width last halved to, and probes since then
     while bad - good > 1:  # keep good fitting and bad failing
         guess = _crossing(good, bad, evaluate(good), evaluate(bad)) if since < 2 else None
