@@ -13,6 +13,7 @@ through ``pyplot``, so plotting never changes a caller's matplotlib backend or g
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from pathlib import Path
@@ -40,7 +41,7 @@ def require_plotting() -> None:
     """A GrucValueError naming the extra to install unless matplotlib imports: what a study asking
     for plots checks before its sweep, not after it."""
     try:
-        import matplotlib  # noqa: F401
+        importlib.import_module("matplotlib")
     except ImportError:
         raise GrucValueError("plots need matplotlib, which the plain install leaves out: "
                              "pip install 'gruc[viz]'") from None
