@@ -1,11 +1,11 @@
 """``gruc plan``: tile-memory planning studies of the GRU layer, plan-only (nothing is run).
 
-Every ``gruc gru`` layer flag that shapes the plan takes one value, a list (``--batch-size 1,4,16``) or an inclusive
-range (``--output-size 128:1024:128`` is 128, 256, ..., 1024); ``--cell-order`` and
-``--variable-time-steps`` separate alternatives with ``/``.  The cross product is planned, one
-row per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written as rows finish; running
-the same command again skips the rows already there.  ``--find-max FLAG`` searches the largest
-value of FLAG that still fits instead.
+Every ``gruc gru`` layer flag that shapes the plan takes one value, a list (``--batch-size 1,4,16``)
+or an inclusive range (``--output-size 128:1024:128`` is 128, 256, ..., 1024); ``--cell-order`` and
+``--variable-time-steps`` separate alternatives with ``/``.  The cross product is planned, one row
+per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written as rows finish; running the
+same command again skips the rows already there.  ``--find-max FLAG`` searches the largest value of
+FLAG that still fits instead.
 """
 
 from __future__ import annotations

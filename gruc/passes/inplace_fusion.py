@@ -85,7 +85,7 @@ def _fused_plan(graph: Graph, consumer: ElementwiseStep, producer: ElementwiseSt
     value = producer.expr
     if temp.dtype.storage != temp.dtype.compute:  # keep the rounding the temporary's store did
         value = ex.Cast(value, temp.dtype)
-    if ex.nesting(consumer.expr) + ex.nesting(value) >= ex.MAX_PARSE_DEPTH:
+    if ex.nesting(consumer.expr) + ex.nesting(value) > ex.MAX_PARSE_DEPTH:
         return None
     operands: list[Tensor] = []
 

@@ -7,13 +7,13 @@ sees the previous complete set of rows or the new one, never a torn file.  Rewri
 costs time in the number of rows (0.1 s at 3,000), so a store rewrites them only once that much
 time has passed again tenfold since the last rewrite (:data:`WRITE_SHARE`): writing then takes
 at most a tenth of a sweep however many rows it has, and a killed sweep loses at most the rows
-of that last stretch (its next run computes them again).  Closing the store writes what is left.  ``rows.json`` is the
-record the next run resumes from: rows are keyed by their ``config`` column (the canonical flags
-of the configuration), so a configuration already there is not computed again, whatever the grid
-it came from.  One sweep at a time per directory: a store holds an exclusive lock on
-``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows
-would each drop the other's), which is also what lets a new run delete the temporary files a
-killed one left.
+of that last stretch (its next run computes them again).  Closing the store writes what is left.
+``rows.json`` is the record the next run resumes from: rows are keyed by their ``config`` column
+(the canonical flags of the configuration), so a configuration already there is not computed again,
+whatever the grid it came from.  One sweep at a time per directory: a store holds an exclusive lock
+on ``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows
+would each drop the other's), which is also what lets a new run delete the temporary files a killed
+one left.
 """
 
 from __future__ import annotations
