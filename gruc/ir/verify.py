@@ -12,6 +12,9 @@ Rules:
 * each vertex has the fields and parameters its kind declares, passes its kind's shape and type
   check, and writes no element twice (an Output or InOut field holds no repeated element);
 * an InOut field does not alias any other field of its vertex;
+* no two vertices of a compute set the module executes race: none writes an element another
+  reads or writes (they run at once, in no order; :mod:`gruc.ir.races` finds it from strided
+  boxes, without listing elements);
 * a Copy does not write a constant or the same element twice;
 * a variable that is read is written somewhere (by a program, the host, or as a constant);
 * with ``require_local=True`` (after the ``exchange`` pass): every vertex of a compute set the
@@ -27,9 +30,10 @@ import numpy as np
 
 from gruc.errors import GrucError, GrucMappingError, GrucProgramError, GrucVerifyError
 from gruc.ir.effects import EffectTable
-from gruc.ir.graph import Graph, Vertex
+from gruc.ir.graph import ComputeSet, Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.races import find_race
 from gruc.ir.tensor import Tensor, share_elements
 from gruc.ir.vertices import Direction
 
@@ -187,6 +191,25 @@ class _Verifier:
         for cs in graph.compute_sets:
             for vertex in cs.vertices:
                 self.vertex(vertex, id(cs) in executed)
+            if id(cs) in executed:
+                self.races(cs)
+
+    def races(self, cs: ComputeSet) -> None:
+        """No two vertices of ``cs`` write one element, and none reads what another writes."""
+        race = find_race(cs.vertices, self.graph.variables)
+        if race is None:
+            return
+        first, second = race.first, race.second
+        variable = self.graph.variables[int(self.graph.variable_of_id(race.element))]
+        where = np.unravel_index(race.element - variable.first_id, variable.shape)
+        kinds = [cs.vertices[a.vertex].kind.name for a in (first, second)]
+        self.fail(cs.vertices[second.vertex],
+                  f"vertices {first.vertex} ({kinds[0]}) and {second.vertex} ({kinds[1]}) of "
+                  f"compute set {cs.name!r} race on element {[int(k) for k in where]} of "
+                  f"{variable.name!r}: field {first.field!r} of the first writes it and field "
+                  f"{second.field!r} of the second {'writes' if second.writes else 'reads'} it. "
+                  "The vertices of a compute set run at once, in no order: give them disjoint "
+                  "elements or put them in compute sets run one after the other")
 
     def reads_have_writers(self) -> None:
         """Every variable read somewhere is written somewhere (a step, a host write or a constant

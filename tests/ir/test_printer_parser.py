@@ -29,6 +29,7 @@ from gruc.ir.builder import groups_to_runs
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import mapping_groups, print_module, print_module_with_lines
 from gruc.ir.serialize import module_from_json, module_to_json
+from gruc.ir.verify import verify
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -46,7 +47,7 @@ def small_program() -> Module:
     step = g.add_compute_set("step")
     g.add_vertex(step, "MapInPlace", {"inout": acc, "ins": [x[0], one]},
                  expr=ex.add(ex._1, ex.mul(ex._2, ex._3)))
-    g.add_vertex(step, "Map", {"out": x[1, 0], "ins": [acc[0]]}, tile=1,
+    g.add_vertex(step, "Map", {"out": x[1, 0], "ins": [one[0]]}, tile=1,
                  expr=ex.parse_expr("tanh(_1)"))
     g.create_host_write("x", x)
     g.create_host_read("acc", acc)
@@ -194,6 +195,7 @@ def test_golden_small_program():
         path.write_text(text)
     assert text == path.read_text()
     assert print_module(parse_module(path.read_text())) == text
+    verify(small_program())  # a well-formed module: mapped, written before read, race-free
 
 
 def test_every_golden_file_round_trips():
