@@ -68,11 +68,16 @@ class _QuietWhenTheReaderLeaves:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gruc`` with ``argv`` (default: the process arguments); return the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        parser = build_parser()
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return _interrupted("gruc")
     stdout, sys.stdout = sys.stdout, _QuietWhenTheReaderLeaves(sys.stdout)
     try:
         return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        return _interrupted(f"gruc {args.command}")
     except GrucError as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"gruc {args.command}: error: {message}", file=sys.stderr)
@@ -91,6 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         sys.stdout = stdout
+
+
+def _interrupted(who: str) -> int:
+    """Ctrl-C: the user's own stop, so one line and the shell's code for SIGINT (130), not a
+    traceback from whatever numba or numpy was doing.  Nothing is left half-written: every file
+    gruc writes is written whole or not at all."""
+    print(f"{who}: interrupted", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

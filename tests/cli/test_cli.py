@@ -56,6 +56,16 @@ def test_gru_names_its_product_library_and_refuses_an_unknown_one(library, monke
         assert "Traceback" not in err
 
 
+def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
+    import gruc.cli.gru as gru_command
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gru_command, "build_layer", interrupted)
+    code, out, err = gruc(["gru", *SIZES], capsys)
+    assert code == 130 and err == "gruc gru: interrupted\n"
+
+
 def test_gru_compile_only_and_profile(tmp_path, capsys):
     assert main(["gru", *SMALL, "--compile-only", "--profile", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
