@@ -78,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         return _interrupted(f"gruc {args.command}")
+    except MemoryError as error:
+        # the configuration is too big for this machine: the user's to change, like bad input
+        print(f"gruc {args.command}: error: the host ran out of memory "
+              f"({error or 'an allocation failed'}); choose a smaller configuration or a machine "
+              "with more memory", file=sys.stderr)
+        return 2
     except GrucError as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"gruc {args.command}: error: {message}", file=sys.stderr)

@@ -33,6 +33,7 @@ from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
 from gruc.passes.pipeline import format_pipeline, parse_pipeline
 from gruc.passes.shard import Shard, shard_count
+from gruc.plan.rows import HOST_MEMORY_ERROR
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
@@ -197,10 +198,15 @@ def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),
              pipeline: str | None = None) -> dict[str, Any]:
     """:meth:`LayerPlan.row` of ``config``; a configuration gruc refuses (a ``GrucError`` while
     building or planning, e.g. more shards than the target allows) gives a row whose ``error``
-    says why, so a sweep records it once and moves on."""
+    says why, so a sweep records it once and moves on; so does one too big for the host's memory
+    (a ``MemoryError``, which a resumed sweep plans again)."""
     try:
         return plan_layer(config, pipeline).row(swept)
     except GrucError as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         return _row(config, pipeline, swept, config.target(),
                     {"error": f"{type(error).__name__}: {message}"})
+    except MemoryError as error:  # this machine's limit: the row says so, a resumed sweep retries
+        return _row(config, pipeline, swept, config.target(),
+                    {"error": f"{HOST_MEMORY_ERROR}: the host ran out of memory planning it "
+                              f"({error or 'an allocation failed'})"})

@@ -10,7 +10,7 @@ at most a tenth of a sweep however many rows it has, and a killed sweep loses at
 of that last stretch (its next run computes them again).  Closing the store writes what is left.
 ``rows.json`` is the record the next run resumes from: rows are keyed by their ``config`` column
 (the canonical flags of the configuration), so a configuration already there is not computed again,
-whatever the grid it came from.  One sweep at a time per directory: a store holds an exclusive lock
+whatever the grid it came from (but for a row the host ran out of memory for: :data:`HOST_MEMORY_ERROR`).  One sweep at a time per directory: a store holds an exclusive lock
 on ``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows
 would each drop the other's), which is also what lets a new run delete the temporary files a killed
 one left.
@@ -35,6 +35,11 @@ CSV_NAME = "rows.csv"
 LOCK_NAME = ".gruc-plan.lock"
 WRITE_SHARE = 0.1
 """At most this share of a sweep's time goes to rewriting its row files."""
+
+HOST_MEMORY_ERROR = "MemoryError"
+"""How the ``error`` column of a row that ran out of the host's memory begins.  Such a row is the
+machine's answer, not the configuration's, so a resumed sweep plans it again (on a bigger machine,
+or with more memory free) rather than keeping it."""
 
 
 def cell_text(value: Any) -> str:
@@ -70,7 +75,8 @@ class RowStore:
                 raise GrucValueError(f"{path} is not a rows file gruc wrote (a JSON list of rows "
                                      "with a 'config' key); move it away or choose another --out")
             for row in loaded:
-                self._remember(row)
+                if not str(row.get("error") or "").startswith(HOST_MEMORY_ERROR):
+                    self._remember(row)
         for name in (JSON_NAME, CSV_NAME):  # what a killed run was writing: never a result
             for stale in self.directory.glob(f"{TEMPORARY_PREFIX}*-{name}"):
                 stale.unlink(missing_ok=True)

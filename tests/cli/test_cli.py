@@ -66,6 +66,22 @@ def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
     assert code == 130 and err == "gruc gru: interrupted\n"
 
 
+def test_a_layer_too_big_for_the_host_is_one_line_not_a_traceback():
+    """A real allocation failure: the process may use 3 GiB of address space, the layer's tile
+    table alone needs 4 GiB."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    argv = ["gru", "--batch-size", "1024", "--input-size", "1024", "--output-size", "1024",
+            "--sequence-size", "1000", "--compile-only"]
+    done = subprocess.run(GRUC + argv, capture_output=True, text=True, preexec_fn=limited,
+                          timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("gruc gru: error: the host ran out of memory (")
+    assert done.stderr.count("\n") == 1
+
+
 def test_gru_compile_only_and_profile(tmp_path, capsys):
     assert main(["gru", *SMALL, "--compile-only", "--profile", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())

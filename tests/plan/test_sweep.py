@@ -98,6 +98,27 @@ def test_rerun_skips_finished_rows(serial, tmp_path):
     assert all(kept[r["config"]] == r["compile_seconds"] for r in again.rows if r["config"] in kept)
 
 
+def test_a_row_the_host_ran_out_of_memory_for_is_planned_again(tmp_path, monkeypatch):
+    import gruc.plan.layer as layer_module
+    real = layer_module.plan_layer
+
+    def short_of_memory(config, pipeline):
+        if config.batch_size == 16:
+            raise MemoryError("Unable to allocate 4.00 GiB")
+        return real(config, pipeline)
+    grid = GRID.with_value("shards", 1).with_value("sequence_size", 4)
+    monkeypatch.setattr(layer_module, "plan_layer", short_of_memory)
+    first = run_sweep(grid, tmp_path, executor=SerialExecutor())
+    short = [r for r in first.rows if r["batch_size"] == 16]
+    assert len(short) == 2 and all(r["fits"] is None and r["error"] ==
+                                   "MemoryError: the host ran out of memory planning it "
+                                   "(Unable to allocate 4.00 GiB)" for r in short)
+    monkeypatch.setattr(layer_module, "plan_layer", real)
+    again = run_sweep(grid, tmp_path, executor=SerialExecutor())
+    assert again.computed == 2 and again.skipped == 2 and not again.errors
+    assert all(r["fits"] for r in again.rows)
+
+
 KILLED = SweepSpec(fixed={"input_size": 16, "output_size": 32}, pipeline="",
                    swept={"batch_size": (2, 4, 8, 16, 32), "sequence_size": (4, 8, 12, 16, 20, 24)})
 KILLED_ARGV = ["plan", "--input-size", "16", "--output-size", "32", "--batch-size", "2,4,8,16,32",
