@@ -31,6 +31,7 @@ import numpy as np
 
 from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, ReshapeOp, ReverseOp, SliceOp,
                             Strided)
+from gruc.ir.mapping import consecutive_runs, distinct
 from gruc.ir.tensor import Tensor, Variable
 
 LISTED_IDS = 1 << 18
@@ -106,9 +107,10 @@ def boxes_of(tensor: Tensor) -> list[Box]:
     layout = tensor.layout()
     if isinstance(layout, Strided):
         return [Box.of(layout.offset, layout.strides, tensor.shape)]
-    ids = np.unique(layout)
-    firsts = [v.first_id for v in tensor.variables()]
-    starts = np.flatnonzero((np.diff(ids, prepend=ids[0] - 2) != 1) | np.isin(ids, firsts))
+    ids = distinct(layout.reshape(-1))
+    starts = np.union1d(consecutive_runs(ids)[0],
+                        np.searchsorted(ids, [v.first_id for v in tensor.variables()]))
+    starts = starts[starts < len(ids)]
     lengths = np.diff(np.append(starts, len(ids)))
     return [Box.of(int(ids[s]), (1,), (int(n),)) for s, n in zip(starts, lengths)]
 
@@ -203,13 +205,13 @@ class _Bounds:
 
     def __init__(self, variable: Variable, boxes: list[Box]) -> None:
         shape = variable.shape
-        self.periods = sorted({math.prod(shape[k:]) for k in range(1, len(shape))}
-                              - {1, variable.num_elements})
+        periods = sorted({math.prod(shape[k:]) for k in range(1, len(shape))}
+                         - {1, variable.num_elements})
         first = variable.first_id
         self.low = np.array([b.offset - first for b in boxes], dtype=np.int64)
         self.high = np.array([b.last - first for b in boxes], dtype=np.int64)
         self.rows, self.columns = [], []
-        for period in self.periods:
+        for period in periods:
             self.rows.append((self.low // period, self.high // period))
             self.columns.append(self._columns(boxes, period))
 
@@ -239,8 +241,9 @@ def _race_on(variable: Variable, group: list[Access]) -> Race | None:
     bounds = _Bounds(variable, [a.box for a in group])
     vertex = np.array([a.vertex for a in group], dtype=np.int64)
     writes = np.array([a.writes for a in group], dtype=bool)
-    low, high = min(bounds.sweep_keys(), key=lambda key: int(_pair_counts(*key)[1].sum()))
-    for i, j in _overlapping_pairs(low, high):
+    sweeps = [_pair_counts(low, high) for low, high in bounds.sweep_keys()]
+    order, counts = min(sweeps, key=lambda sweep: int(sweep[1].sum()))
+    for i, j in _overlapping_pairs(order, counts):
         keep = (vertex[i] != vertex[j]) & (writes[i] | writes[j])
         keep[keep] = bounds.may_meet(i[keep], j[keep])
         for a, b in zip(i[keep].tolist(), j[keep].tolist()):
@@ -259,14 +262,14 @@ def _pair_counts(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, np.maximum(ends - np.arange(len(low)) - 1, 0)
 
 
-def _overlapping_pairs(low: np.ndarray, high: np.ndarray):
-    """Every pair ``(i, j)`` of boxes whose ranges ``[low, high]`` meet, as index arrays in chunks
-    of about PAIRS_PER_SWEEP_CHUNK pairs: a sweep over the boxes sorted by ``low``, where each box
-    pairs with the later ones that start before it ends."""
-    order, counts = _pair_counts(low, high)
+def _overlapping_pairs(order: np.ndarray, counts: np.ndarray):
+    """Every pair ``(i, j)`` of boxes whose ranges meet, as index arrays in chunks of about
+    PAIRS_PER_SWEEP_CHUNK pairs, from :func:`_pair_counts` of the ranges: a sweep over the boxes
+    sorted by where they start, where each box pairs with the later ones that start before it
+    ends."""
     made = np.cumsum(counts)
     start = 0
-    while start < len(low):
+    while start < len(order):
         before = int(made[start - 1]) if start else 0
         stop = max(start + 1, int(np.searchsorted(made, before + PAIRS_PER_SWEEP_CHUNK, "right")))
         chunk = counts[start:stop]
