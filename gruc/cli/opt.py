@@ -139,7 +139,8 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-between-passes", action="store_true",
                         help="print the IR after each pass to stderr")
     parser.add_argument("--verify-each", action="store_true",
-                        help="run the verifier after each pass")
+                        help="run the verifier on the input and after each pass (alone: "
+                             "check a module)")
     parser.add_argument("--time-passes", action="store_true",
                         help="print each pass's wall time to stderr")
 
@@ -153,11 +154,11 @@ def _print_between(name: str, module: Module) -> None:
 def apply_pipeline(module: Module, args: argparse.Namespace) -> Module:
     """Run ``args.pipeline`` (if any) on ``module`` with the switches of
     :func:`add_pipeline_flags`; timings go to stderr."""
-    if not args.pipeline:
+    if not args.pipeline and not args.verify_each:
         return module
     with StatusLine() as status:
-        status.show(f"running {args.pipeline} ...")
-        run = run_pipeline(module, args.pipeline, verify_each=args.verify_each,
+        status.show(f"running {args.pipeline or 'the verifier'} ...")
+        run = run_pipeline(module, args.pipeline or "", verify_each=args.verify_each,
                            print_between=_print_between if args.print_between_passes else None,
                            time_passes=args.time_passes)
     if args.time_passes:

@@ -6,7 +6,8 @@ dataclass fields in kebab-case; values are parsed by the field's type (int, floa
 an optional of one of them, ``none`` for None).  :func:`parse_pipeline` and :func:`format_pipeline`
 are inverses, so a pipeline printed in a report can be pasted back on a command line.
 
-:func:`run_pipeline` applies the passes in order.  With ``verify_each`` the verifier runs after
+:func:`run_pipeline` verifies its input (a broken input is reported as such, not as the failure of
+the first pass) and applies the passes in order.  With ``verify_each`` the verifier runs after
 every pass (tests run with it on), so a pass that breaks the IR is named at once; with
 ``print_between`` the module is printed after each pass; with ``time_passes`` each pass's wall time
 is recorded in the returned :class:`PipelineRun`.
@@ -161,11 +162,17 @@ def run_pipeline(module: Module, pipeline: str | list[Pass], *, verify_each: boo
                  time_passes: bool = False) -> PipelineRun:
     """Apply ``pipeline`` to ``module``; see the module docstring for the switches."""
     from gruc.ir.verify import verify
+    from gruc.passes.rewrite import verified
 
     if not isinstance(module, Module):
         raise GrucTypeError(f"run_pipeline needs a Module, got {type(module).__name__}")
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     run = PipelineRun(module)
+    if passes or verify_each:  # the first pass would verify it anyway, and blame itself
+        try:
+            run.module = verified(module)
+        except GrucError as error:
+            raise type(error)(f"the input module is not valid: {error}") from None
     for p in passes:
         start = time.perf_counter()
         try:

@@ -196,6 +196,21 @@ def test_opt_reads_text_or_json_and_writes_either(tmp_path, capsys):
     assert (tmp_path / "back.gruc").read_text() == text
 
 
+def test_opt_verify_each_alone_checks_a_module_and_writes_nothing_on_failure(tmp_path, capsys):
+    text = print_module(small_module())
+    (tmp_path / "good.gruc").write_text(text)
+    assert gruc(["opt", str(tmp_path / "good.gruc"), "--verify-each"], capsys)[:2] == (0, text)
+    racing = text.replace("program 0 {", "cs @extra {\n  Map(out=%gru_state, ins=[%gru_state0]) "
+                          "expr=_1\n  Map(out=%gru_state, ins=[%gru_state0]) expr=_1\n}\nprogram 0 {\n"
+                          "  execute @extra", 1)
+    (tmp_path / "racing.gruc").write_text(racing)
+    code, out, err = gruc(["opt", str(tmp_path / "racing.gruc"), "--verify-each",
+                           "-o", str(tmp_path / "out.gruc")], capsys)
+    assert code == 2 and out == "" and not (tmp_path / "out.gruc").exists()
+    assert err.startswith("gruc opt: error: the input module is not valid: vertices 0 (Map) and 1 "
+                          "(Map) of compute set 'extra' race on element [0, 0, 0] of 'gru/state'")
+
+
 @pytest.mark.parametrize("name", sorted(PASSES))
 def test_opt_runs_every_registered_pass_and_its_output_reparses(name, tmp_path, capsys):
     (tmp_path / "in.gruc").write_text(print_module(small_module()))

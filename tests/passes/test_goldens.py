@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from gruc import FLOAT, Copy, Graph, Module, Sequence, Target
-from gruc.errors import GrucError, GrucOptionError
+from gruc.errors import GrucError, GrucOptionError, GrucVerifyError
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
@@ -89,16 +89,20 @@ def test_golden(path: Path):
 
 
 @pytest.mark.parametrize("name", PASSES)
-def test_invalid_input_fails_naming_the_pass_and_the_problem(name):
+def test_invalid_input_fails_as_the_input_naming_the_problem(name):
     g = Graph(Target.custom(tiles_per_ipu=4))
     ghost = g.add_variable(FLOAT, (4,), "ghost")
     g.set_tile_mapping(ghost, 0)
     out = g.add_variable(FLOAT, (4,), "out")
     g.set_tile_mapping(out, 1)
     g.create_host_read("out", out)
-    with pytest.raises(GrucError, match=f"pass '{name}' failed: variable 'ghost' is read but "
-                                        "nothing writes it"):
-        run_pipeline(Module(g, [Sequence(Copy(ghost, out))]), name)
+    module = Module(g, [Sequence(Copy(ghost, out))])
+    problem = "variable 'ghost' is read but nothing writes it"
+    with pytest.raises(GrucError, match=f"^the input module is not valid: {problem}"):
+        run_pipeline(module, name)
+    (alone,) = parse_pipeline(name)
+    with pytest.raises(GrucVerifyError, match=f"^{problem}"):  # a pass run alone checks it too
+        alone.apply(module)
 
 
 @pytest.mark.parametrize("name", PASSES)
