@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from gruc.errors import GrucValueError
 from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
@@ -62,6 +62,7 @@ class RowStore:
         self._lock = _lock(self.directory)
         self._next_write = 0.0     # time.monotonic() after which a finished row rewrites the files
         self.rows: list[dict[str, Any]] = []
+        self._parameters: dict[str, None] = {}  # the swept flags of every grid that wrote here
         self._by_key: dict[str, dict[str, Any]] = {}
         path = self.json_path
         if path.exists():
@@ -110,6 +111,27 @@ class RowStore:
             raise GrucValueError(f"two rows for one configuration: {row['config']}")
         self.rows.append(row)
         self._by_key[row["config"]] = row
+        keys = list(row)
+        self.declare_parameters(keys[:keys.index("config")])  # a row leads with its parameters
+
+    def declare_parameters(self, names: Sequence[str]) -> None:
+        """Make ``names`` (a grid's swept flags) parameter columns of every row."""
+        self._parameters.update(dict.fromkeys(names))
+
+    def _align(self) -> None:
+        """Lead every row with every parameter column, in first-declared order, filled from the
+        row's own configuration where its grid did not sweep that flag: whichever grids made the
+        rows, the CSV has one column per swept flag, filled on every row (rows are changed in
+        place, so :meth:`get` gives them aligned too)."""
+        names = list(self._parameters)
+        for row in self.rows:
+            if list(row)[:len(names)] == names:
+                continue
+            flags = json.loads(row["config"])
+            aligned = {name: row[name] if name in row else flags.get(name) for name in names}
+            aligned.update((k, v) for k, v in row.items() if k not in aligned)
+            row.clear()
+            row.update(aligned)
 
     def __contains__(self, key: str) -> bool:
         return key in self._by_key
@@ -143,6 +165,7 @@ class RowStore:
     def write(self) -> None:
         """Rewrite both files with every row now."""
         started = time.monotonic()
+        self._align()
         write_text_atomically(self.json_path, json.dumps(self.rows, indent=1))
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=self.columns(), lineterminator="\n")

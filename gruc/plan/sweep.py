@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
-from gruc.plan.layer import config_key, parameter_values, plan_row
+from gruc.plan.layer import config_key, plan_row
 from gruc.plan.rows import RowStore
 from gruc.popnn.gru_layer import GruLayerConfig
 
@@ -95,11 +95,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     configs = spec.configs()
     keys = [config_key(c, spec.pipeline) for c in configs]
     with RowStore(out) as store:  # closing writes the files: in step even when interrupted
-        for config, key in zip(configs, keys):  # rows another grid left get this grid's columns
-            row = store.get(key)
-            if row is not None:
-                row.update({k: v for k, v in parameter_values(config, spec.parameters).items()
-                            if k not in row})
+        store.declare_parameters(spec.parameters)  # rows other grids left get these columns
         first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeat runs once
         todo = [k for key, k in sorted(first.items(), key=lambda item: item[1])
                 if key not in store]

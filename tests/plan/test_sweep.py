@@ -119,6 +119,23 @@ def test_a_row_the_host_ran_out_of_memory_for_is_planned_again(tmp_path, monkeyp
     assert all(r["fits"] for r in again.rows)
 
 
+def test_rows_of_grids_sweeping_different_flags_share_one_table(tmp_path):
+    by_batch = SweepSpec(fixed={"input_size": 8, "output_size": 16, "sequence_size": 4},
+                         pipeline="", swept={"batch_size": (2, 4)})
+    by_output = SweepSpec(fixed={"input_size": 8, "batch_size": 4, "sequence_size": 4},
+                          pipeline="", swept={"output_size": (16, 32)})
+    run_sweep(by_batch, tmp_path, executor=SerialExecutor())
+    second = run_sweep(by_output, tmp_path, executor=SerialExecutor())
+    assert (second.computed, second.skipped) == (1, 1)
+    with open(tmp_path / "rows.csv", newline="") as handle:
+        table = list(csv.reader(handle))
+    assert table[0][:3] == ["batch_size", "output_size", "config"]
+    assert [row[:2] for row in table[1:]] == [["2", "16"], ["4", "16"], ["4", "32"]]
+    on_disk = json.loads((tmp_path / "rows.json").read_text())
+    assert [list(row)[:3] for row in on_disk] == [["batch_size", "output_size", "config"]] * 3
+    assert [(r["batch_size"], r["output_size"]) for r in second.rows] == [(4, 16), (4, 32)]
+
+
 KILLED = SweepSpec(fixed={"input_size": 16, "output_size": 32}, pipeline="",
                    swept={"batch_size": (2, 4, 8, 16, 32), "sequence_size": (4, 8, 12, 16, 20, 24)})
 KILLED_ARGV = ["plan", "--input-size", "16", "--output-size", "32", "--batch-size", "2,4,8,16,32",
