@@ -69,10 +69,11 @@ def pass_output(module: Module) -> Module:
 
 
 def verified(module: Module) -> Module:
-    """``module`` verified now and trusted from here on, as a pass's output is: a compiler checks
-    its input once, before the pipeline, so a bad input is reported as itself rather than as the
-    failure of whichever pass happens to run first."""
-    verify(module)
+    """``module`` verified (unless a pass made it or it was verified so already) and trusted from
+    here on, as a pass's output is: a compiler checks its input once, before the pipeline, so a
+    bad input is reported as itself rather than as the failure of whichever pass happens to run
+    first."""
+    require_valid(module)
     return pass_output(module)
 
 

@@ -52,3 +52,24 @@ def test_a_failing_pass_is_named():
     g.create_host_read("x", x)
     with pytest.raises(GrucError, match="pass 'plan-memory' failed: out of memory"):
         run_pipeline(Module(g, [Sequence()]), "plan-memory{strict=true}")
+
+
+def test_a_compile_verifies_its_module_once(monkeypatch):
+    """The engine verifies the graph before its pipeline and the pipeline trusts that check (a
+    whole-module verification costs as much as a pass on a large graph)."""
+    import gruc.ir.verify as verify_module
+    from gruc import Engine
+    from gruc.ir.expr import _1, Const
+    from gruc.ops import map
+
+    runs = []
+    real = verify_module._Verifier.run
+    monkeypatch.setattr(verify_module._Verifier, "run", lambda self: (runs.append(1), real(self)))
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = g.add_variable(FLOAT, (4, 8), "x")
+    g.map_tensor_linearly(x)
+    g.create_host_write("x", x)
+    prog = Sequence()
+    g.create_host_read("y", map(g, _1 * Const(2.0), [x], prog))
+    Engine(g, prog, backend="numpy")
+    assert len(runs) == 1
