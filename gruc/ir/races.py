@@ -13,12 +13,12 @@ boxes, and a reshape, transpose, reversal or broadcast names its source's set, s
 source's boxes.  Only a dense view that is none of these (a slice of a concatenation) is listed,
 as runs of consecutive ids, cut where a variable starts.
 
-Boxes are compared on one variable at a time, and only on variables some vertex of the compute
-set writes.  Two boxes can meet only if their id ranges meet, and — for each *period* ``P`` of
-the variable (the length of a row, of a plane, ...) — if both the rows (``id // P``) and the
-columns (``id % P``) they cover meet.  Those tests prune a sweep over the boxes sorted by the
-most selective of them; the few pairs that pass are settled exactly, by listing ids of boxes
-small enough and by halving larger ones.
+Boxes are compared on one variable at a time, and only on variables some vertex of the compute set
+writes. Two boxes can meet only if their id ranges meet, and — for each *period* ``P`` of the
+variable (the length of a row, of a plane, ...) — if both the rows (``id // P``) and the columns
+(``id % P``) they cover meet, and if their offsets agree modulo the gcd of their strides. Those
+tests prune a sweep over the boxes sorted by the most selective of them; the few pairs that pass are
+settled exactly, by listing ids of boxes small enough and by halving larger ones.
 """
 
 from __future__ import annotations
@@ -210,6 +210,7 @@ class _Bounds:
         first = variable.first_id
         self.low = np.array([b.offset - first for b in boxes], dtype=np.int64)
         self.high = np.array([b.last - first for b in boxes], dtype=np.int64)
+        self.step = np.array([math.gcd(*b.strides) for b in boxes], dtype=np.int64)
         self.rows, self.columns = [], []
         for period in periods:
             self.rows.append((self.low // period, self.high // period))
@@ -230,9 +231,15 @@ class _Bounds:
         return [(self.low, self.high)] + self.columns
 
     def may_meet(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Whether boxes ``i`` and ``j`` pass every test: ranges, rows and columns, and residues
+        (every id of a box is its offset modulo the gcd of its strides, so two boxes can share
+        one only if their offsets agree modulo the gcd of both: the even and the odd columns,
+        or the columns ``k::V`` of V vertices, are told apart without listing them)."""
         keep = (self.low[i] <= self.high[j]) & (self.low[j] <= self.high[i])
         for low, high in self.rows + self.columns:
             keep &= (low[i] <= high[j]) & (low[j] <= high[i])
+        common = np.gcd(self.step[i], self.step[j])
+        keep &= (common == 0) | ((self.low[i] - self.low[j]) % np.maximum(common, 1) == 0)
         return keep
 
 

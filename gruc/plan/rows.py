@@ -10,10 +10,11 @@ at most a tenth of a sweep however many rows it has, and a killed sweep loses at
 of that last stretch (its next run computes them again).  Closing the store writes what is left.
 ``rows.json`` is the record the next run resumes from: rows are keyed by their ``config`` column
 (the canonical flags of the configuration), so a configuration already there is not computed again,
-whatever the grid it came from (but for a row the host ran out of memory for: :data:`HOST_MEMORY_ERROR`).  One sweep at a time per directory: a store holds an exclusive lock
-on ``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows
-would each drop the other's), which is also what lets a new run delete the temporary files a killed
-one left.
+whatever the grid it came from (but for a row the host ran out of memory for:
+:data:`HOST_MEMORY_ERROR`). One sweep at a time per directory: a store holds an exclusive lock on
+``.gruc-plan.lock`` there while it is open (two sweeps rewriting the files from their own rows would
+each drop the other's), which is also what lets a new run delete the temporary files a killed one
+left.
 """
 
 from __future__ import annotations

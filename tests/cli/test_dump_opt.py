@@ -200,9 +200,8 @@ def test_opt_verify_each_alone_checks_a_module_and_writes_nothing_on_failure(tmp
     text = print_module(small_module())
     (tmp_path / "good.gruc").write_text(text)
     assert gruc(["opt", str(tmp_path / "good.gruc"), "--verify-each"], capsys)[:2] == (0, text)
-    racing = text.replace("program 0 {", "cs @extra {\n  Map(out=%gru_state, ins=[%gru_state0]) "
-                          "expr=_1\n  Map(out=%gru_state, ins=[%gru_state0]) expr=_1\n}\nprogram 0 {\n"
-                          "  execute @extra", 1)
+    twice = "  Map(out=%gru_state, ins=[%gru_state0]) expr=_1\n" * 2
+    racing = text.replace("program 0 {", f"cs @extra {{\n{twice}}}\nprogram 0 {{\n  execute @extra", 1)
     (tmp_path / "racing.gruc").write_text(racing)
     code, out, err = gruc(["opt", str(tmp_path / "racing.gruc"), "--verify-each",
                            "-o", str(tmp_path / "out.gruc")], capsys)

@@ -7,7 +7,7 @@ import pytest
 
 from gruc import (FLOAT, Execute, Graph, GrucVerifyError, Module, Sequence, Target, Vertex, concat)
 from gruc.ir.expr import _1, _2, Const
-from gruc.ir.races import Box, boxes_of
+from gruc.ir.races import Box, boxes_of, find_race
 from gruc.ir.verify import verify
 from gruc.ir.vertices import vertex_kind
 
@@ -51,7 +51,8 @@ def test_reading_what_another_vertex_writes_is_refused():
     g.add_vertex(cs, "Map", {"out": y[0], "ins": [x[2]]}, expr=_1)
     message = refused(g, cs)
     assert "race on element [2, 0] of 'x'" in message
-    assert "field 'inout' of the first writes it and field 'ins[0]' of the second reads it" in message
+    assert ("field 'inout' of the first writes it and field 'ins[0]' of the second reads it"
+            in message)
 
 
 def test_disjoint_writes_shared_reads_and_a_vertex_touching_its_own_elements_pass():
@@ -117,6 +118,23 @@ def test_dense_runs_are_cut_where_a_variable_starts():
     both = concat([x, y]).reshape([4, 2])[1:3]      # ids 2, 3 of x and 0, 1 of y: one run
     boxes = boxes_of(both)
     assert [(b.offset - x.contiguous_start(), b.size) for b in boxes] == [(2, 2), (4, 2)]
+
+
+def test_interleaved_columns_of_many_vertices_are_told_apart_without_listing_ids(monkeypatch):
+    """Columns ``k::64`` of 64 vertices: every pair's ranges, rows and columns meet, their
+    residues modulo 64 do not (listing ids pair by pair took 1.5 s here)."""
+    g, (x,) = graph_with([64, 4096])
+    vertices = [Vertex(vertex_kind("MapInPlace"), {"inout": x[:, k::64], "ins": ()},
+                       {"expr": _1}, None) for k in range(64)]
+    listed = []
+    monkeypatch.setattr(Box, "ids", lambda box: listed.append(box))
+    assert find_race(vertices, g.variables) is None and not listed
+    vertices.append(Vertex(vertex_kind("Map"), {"out": g.add_variable(FLOAT, [1], "one"),
+                                                "ins": (x[5, 128:129],)}, {"expr": _1}, None))
+    monkeypatch.undo()
+    race = find_race(vertices, g.variables)
+    element = x.contiguous_start() + 5 * 4096 + 128
+    assert (race.first.vertex, race.second.vertex, race.element) == (0, 64, element)
 
 
 def test_box_halves_cover_the_box_exactly():
