@@ -15,10 +15,11 @@ as runs of consecutive ids, cut where a variable starts.
 
 Boxes are compared on one variable at a time, and only on variables some vertex of the compute set
 writes. Two boxes can meet only if their id ranges meet, and — for each *period* ``P`` of the
-variable (the length of a row, of a plane, ...) — if both the rows (``id // P``) and the columns
-(``id % P``) they cover meet, and if their offsets agree modulo the gcd of their strides. Those
-tests prune a sweep over the boxes sorted by the most selective of them; the few pairs that pass are
-settled exactly, by listing ids of boxes small enough and by halving larger ones.
+variable (the length of a row, of a plane, ...) — their rows (``id // P``) and their columns
+(``id % P``) meet; on each of these coordinates a box also covers only one residue class (modulo
+the gcd of its steps there), which two boxes must share. Those tests prune a sweep over the boxes
+sorted by the most selective coordinate; the few pairs that pass are settled exactly, by listing
+ids of boxes small enough and by halving larger ones.
 """
 
 from __future__ import annotations
@@ -199,48 +200,55 @@ def _contested(fields: list[tuple]) -> set[int]:
 
 
 class _Bounds:
-    """Necessary conditions for boxes of one variable to meet, as arrays over the boxes: the id
-    range, and per period the row range and the column range (the whole row when the box's
-    columns wrap round it)."""
+    """Necessary conditions for boxes of one variable to meet.  A box is seen on *coordinates*:
+    its ids, and per period ``P`` its rows (``id // P``) and its columns (``id % P``).  On each it
+    covers part of an arithmetic progression, from ``low`` to ``high`` in multiples of ``step``
+    (0: one value), so two boxes can meet only if, on every coordinate, their ranges meet and
+    their lows agree modulo the gcd of their steps: the even and the odd rows, or the columns
+    ``k::V`` of V vertices, are told apart without listing an id.  A box whose columns wrap
+    round a row tells nothing of its rows and columns but their range."""
 
     def __init__(self, variable: Variable, boxes: list[Box]) -> None:
         shape = variable.shape
         periods = sorted({math.prod(shape[k:]) for k in range(1, len(shape))}
                          - {1, variable.num_elements})
         first = variable.first_id
-        self.low = np.array([b.offset - first for b in boxes], dtype=np.int64)
-        self.high = np.array([b.last - first for b in boxes], dtype=np.int64)
-        self.step = np.array([math.gcd(*b.strides) for b in boxes], dtype=np.int64)
+        low = np.array([b.offset - first for b in boxes], dtype=np.int64)
+        high = np.array([b.last - first for b in boxes], dtype=np.int64)
+        self.ids = (low, high, np.array([math.gcd(*b.strides) for b in boxes], dtype=np.int64))
         self.rows, self.columns = [], []
         for period in periods:
-            self.rows.append((self.low // period, self.high // period))
-            self.columns.append(self._columns(boxes, period))
+            rows, columns = _rows_and_columns(boxes, low, high, period)
+            self.rows.append(rows)
+            self.columns.append(columns)
 
-    def _columns(self, boxes: list[Box], period: int) -> tuple[np.ndarray, np.ndarray]:
-        low, high = np.empty(len(boxes), np.int64), np.empty(len(boxes), np.int64)
-        for k, box in enumerate(boxes):
-            start = int(self.low[k])
-            end = start + sum(s * (n - 1) for s, n in zip(box.strides, box.sizes) if s % period)
-            if start // period == end // period:
-                low[k], high[k] = start % period, end % period
-            else:
-                low[k], high[k] = 0, period - 1
-        return low, high
-
-    def sweep_keys(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [(self.low, self.high)] + self.columns
+    def sweep_keys(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return [self.ids] + self.columns
 
     def may_meet(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """Whether boxes ``i`` and ``j`` pass every test: ranges, rows and columns, and residues
-        (every id of a box is its offset modulo the gcd of its strides, so two boxes can share
-        one only if their offsets agree modulo the gcd of both: the even and the odd columns,
-        or the columns ``k::V`` of V vertices, are told apart without listing them)."""
-        keep = (self.low[i] <= self.high[j]) & (self.low[j] <= self.high[i])
-        for low, high in self.rows + self.columns:
-            keep &= (low[i] <= high[j]) & (low[j] <= high[i])
-        common = np.gcd(self.step[i], self.step[j])
-        keep &= (common == 0) | ((self.low[i] - self.low[j]) % np.maximum(common, 1) == 0)
+        """Whether boxes ``i`` and ``j`` pass the test of every coordinate."""
+        keep = np.ones(len(i), dtype=bool)
+        for low, high, step in [self.ids] + self.rows + self.columns:
+            common = np.maximum(np.gcd(step[i], step[j]), 1)  # steps both 0: the ranges decide
+            keep &= (low[i] <= high[j]) & (low[j] <= high[i]) & ((low[i] - low[j]) % common == 0)
         return keep
+
+
+def _rows_and_columns(boxes: list[Box], low: np.ndarray, high: np.ndarray, period: int):
+    """The row and the column coordinates (``low``, ``high``, ``step`` arrays) of ``boxes``
+    whose ids, from the variable's first, run from ``low`` to ``high``."""
+    columns = np.empty((3, len(boxes)), np.int64)
+    row_steps = np.ones(len(boxes), np.int64)
+    for k, box in enumerate(boxes):
+        start = int(low[k])
+        within = [(s, n) for s, n in zip(box.strides, box.sizes) if s % period]
+        end = start + sum(s * (n - 1) for s, n in within)
+        if start // period == end // period:
+            columns[:, k] = start % period, end % period, math.gcd(*(s for s, _ in within))
+            row_steps[k] = math.gcd(*(s // period for s in box.strides if s % period == 0))
+        else:
+            columns[:, k] = 0, period - 1, 1
+    return (low // period, high // period, row_steps), tuple(columns)
 
 
 def _race_on(variable: Variable, group: list[Access]) -> Race | None:
@@ -248,7 +256,7 @@ def _race_on(variable: Variable, group: list[Access]) -> Race | None:
     bounds = _Bounds(variable, [a.box for a in group])
     vertex = np.array([a.vertex for a in group], dtype=np.int64)
     writes = np.array([a.writes for a in group], dtype=bool)
-    sweeps = [_pair_counts(low, high) for low, high in bounds.sweep_keys()]
+    sweeps = [_pair_counts(low, high) for low, high, _ in bounds.sweep_keys()]
     order, counts = min(sweeps, key=lambda sweep: int(sweep[1].sum()))
     for i, j in _overlapping_pairs(order, counts):
         keep = (vertex[i] != vertex[j]) & (writes[i] | writes[j])

@@ -137,6 +137,16 @@ def test_interleaved_columns_of_many_vertices_are_told_apart_without_listing_ids
     assert (race.first.vertex, race.second.vertex, race.element) == (0, 64, element)
 
 
+def test_the_even_and_the_odd_rows_of_a_large_variable_are_told_apart_without_listing_ids(
+        monkeypatch):
+    g, (x,) = graph_with([16384, 1024])              # 8 M ids a vertex: 4 s of listing
+    vertices = [Vertex(vertex_kind("MapInPlace"), {"inout": x[k::2], "ins": ()}, {"expr": _1},
+                       None) for k in range(2)]
+    listed = []
+    monkeypatch.setattr(Box, "ids", lambda box: listed.append(box))
+    assert find_race(vertices, g.variables) is None and not listed
+
+
 def test_box_halves_cover_the_box_exactly():
     box = Box.of(7, (-12, 3, 1), (5, 2, 3))
     low, high = box.halves()
