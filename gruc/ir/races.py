@@ -295,13 +295,17 @@ def _overlapping_pairs(order: np.ndarray, counts: np.ndarray):
 
 
 def _common_element(first: Box, second: Box) -> int | None:
-    """The smallest id of both boxes, or None: ids listed when both boxes are small, else the
-    larger one halved and each half compared with the other if their ranges meet."""
+    """An id both boxes hold, or None: ids listed when both boxes are small, else the larger one
+    halved and each half, in turn, compared with the other; the first id found is the answer
+    (the same every time, so is the verifier's message)."""
     if first.offset > second.last or second.offset > first.last:
         return None
     if first.size <= LISTED_IDS and second.size <= LISTED_IDS:
         common = np.intersect1d(first.ids(), second.ids(), assume_unique=False)
         return int(common[0]) if len(common) else None
     larger, other = (first, second) if first.size >= second.size else (second, first)
-    found = [e for half in larger.halves() if (e := _common_element(half, other)) is not None]
-    return min(found) if found else None
+    for half in larger.halves():
+        element = _common_element(half, other)
+        if element is not None:
+            return element
+    return None

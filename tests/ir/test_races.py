@@ -147,6 +147,16 @@ def test_the_even_and_the_odd_rows_of_a_large_variable_are_told_apart_without_li
     assert find_race(vertices, g.variables) is None and not listed
 
 
+def test_a_race_between_large_fields_is_found_from_a_few_listed_pieces(monkeypatch):
+    g, (x,) = graph_with([16384, 1024])
+    vertices = [Vertex(vertex_kind("MapInPlace"), {"inout": rows, "ins": ()}, {"expr": _1}, None)
+                for rows in (x[0:16383], x[1:16384])]  # 16 M ids each: all but two rows shared
+    listed, ids = [], Box.ids
+    monkeypatch.setattr(Box, "ids", lambda box: (listed.append(box.size), ids(box))[1])
+    race = find_race(vertices, g.variables)
+    assert race.element == x.contiguous_start() + 1024 and 0 < len(listed) <= 8
+
+
 def test_box_halves_cover_the_box_exactly():
     box = Box.of(7, (-12, 3, 1), (5, 2, 3))
     low, high = box.halves()
