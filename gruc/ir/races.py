@@ -17,9 +17,10 @@ Boxes are compared on one variable at a time, and only on variables some vertex 
 writes. Two boxes can meet only if their id ranges meet, and — for each *period* ``P`` of the
 variable (the length of a row, of a plane, ...) — their rows (``id // P``) and their columns
 (``id % P``) meet; on each of these coordinates a box also covers only one residue class (modulo
-the gcd of its steps there), which two boxes must share. Those tests prune a sweep over the boxes
-sorted by the most selective coordinate; the few pairs that pass are settled exactly, by listing
-ids of boxes small enough and by halving larger ones.
+the gcd of its steps there), which two boxes must share. Those tests prune the pairs a sweep makes
+on the most selective coordinate (a writer with each box its range meets: readers are never paired
+with readers); the few pairs that pass are settled exactly, by listing ids of boxes small enough
+and by halving larger ones.
 """
 
 from __future__ import annotations
@@ -256,10 +257,9 @@ def _race_on(variable: Variable, group: list[Access]) -> Race | None:
     bounds = _Bounds(variable, [a.box for a in group])
     vertex = np.array([a.vertex for a in group], dtype=np.int64)
     writes = np.array([a.writes for a in group], dtype=bool)
-    sweeps = [_pair_counts(low, high) for low, high, _ in bounds.sweep_keys()]
-    order, counts = min(sweeps, key=lambda sweep: int(sweep[1].sum()))
-    for i, j in _overlapping_pairs(order, counts):
-        keep = (vertex[i] != vertex[j]) & (writes[i] | writes[j])
+    sweeps = [_Sweep(low, high, writes) for low, high, _ in bounds.sweep_keys()]
+    for i, j in min(sweeps, key=lambda sweep: sweep.pairs).candidates():
+        keep = vertex[i] != vertex[j]
         keep[keep] = bounds.may_meet(i[keep], j[keep])
         for a, b in zip(i[keep].tolist(), j[keep].tolist()):
             first, second = (group[a], group[b]) if group[a].writes else (group[b], group[a])
@@ -269,29 +269,38 @@ def _race_on(variable: Variable, group: list[Access]) -> Race | None:
     return None
 
 
-def _pair_counts(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The boxes' order by ``low`` and, in that order, how many later boxes start before each
-    ends: the pairs the sweep of :func:`_overlapping_pairs` makes from each box."""
-    order = np.argsort(low, kind="stable")
-    ends = np.searchsorted(low[order], high[order], "right")
-    return order, np.maximum(ends - np.arange(len(low)) - 1, 0)
+class _Sweep:
+    """The pairs of boxes whose ranges ``[low, high]`` meet and of which one writes: two ranges
+    meet when one starts within the other, so each writer pairs with the boxes that start within
+    it, and each reader with the writers that start within it after its own start.  Pairs of
+    readers, which cannot race however many there are, are never made."""
 
+    def __init__(self, low: np.ndarray, high: np.ndarray, writes: np.ndarray) -> None:
+        order = np.argsort(low, kind="stable")
+        writers, readers = np.flatnonzero(writes), np.flatnonzero(~writes)
+        by_start = writers[np.argsort(low[writers], kind="stable")]
+        self.queries = [  # (boxes, their ranges' first and end positions among targets, targets)
+            (writers, np.searchsorted(low[order], low[writers], "left"),
+             np.searchsorted(low[order], high[writers], "right"), order),
+            (readers, np.searchsorted(low[by_start], low[readers], "right"),
+             np.searchsorted(low[by_start], high[readers], "right"), by_start)]
+        self.pairs = sum(int((end - first).sum()) for _, first, end, _ in self.queries)
 
-def _overlapping_pairs(order: np.ndarray, counts: np.ndarray):
-    """Every pair ``(i, j)`` of boxes whose ranges meet, as index arrays in chunks of about
-    PAIRS_PER_SWEEP_CHUNK pairs, from :func:`_pair_counts` of the ranges: a sweep over the boxes
-    sorted by where they start, where each box pairs with the later ones that start before it
-    ends."""
-    made = np.cumsum(counts)
-    start = 0
-    while start < len(order):
-        before = int(made[start - 1]) if start else 0
-        stop = max(start + 1, int(np.searchsorted(made, before + PAIRS_PER_SWEEP_CHUNK, "right")))
-        chunk = counts[start:stop]
-        i = np.repeat(np.arange(start, stop), chunk)
-        later = np.arange(len(i)) - np.repeat(np.cumsum(chunk) - chunk, chunk)
-        yield order[i], order[i + 1 + later]
-        start = stop
+    def candidates(self):
+        """The pairs as index arrays ``(i, j)``, in chunks of about PAIRS_PER_SWEEP_CHUNK."""
+        for boxes, first, end, targets in self.queries:
+            counts = end - first
+            made = np.cumsum(counts)
+            start = 0
+            while start < len(boxes):
+                before = int(made[start - 1]) if start else 0
+                stop = max(start + 1, int(np.searchsorted(made, before + PAIRS_PER_SWEEP_CHUNK,
+                                                          "right")))
+                chunk = counts[start:stop]
+                within = np.arange(int(chunk.sum())) - np.repeat(np.cumsum(chunk) - chunk, chunk)
+                yield (np.repeat(boxes[start:stop], chunk),
+                       targets[np.repeat(first[start:stop], chunk) + within])
+                start = stop
 
 
 def _common_element(first: Box, second: Box) -> int | None:

@@ -7,7 +7,7 @@ import pytest
 
 from gruc import (FLOAT, Execute, Graph, GrucVerifyError, Module, Sequence, Target, Vertex, concat)
 from gruc.ir.expr import _1, _2, Const
-from gruc.ir.races import Box, boxes_of, find_race
+from gruc.ir.races import Box, _Sweep, boxes_of, find_race
 from gruc.ir.verify import verify
 from gruc.ir.vertices import vertex_kind
 
@@ -155,6 +155,17 @@ def test_a_race_between_large_fields_is_found_from_a_few_listed_pieces(monkeypat
     monkeypatch.setattr(Box, "ids", lambda box: (listed.append(box.size), ids(box))[1])
     race = find_race(vertices, g.variables)
     assert race.element == x.contiguous_start() + 1024 and 0 < len(listed) <= 8
+
+
+def test_readers_are_paired_only_with_writers():
+    """Ranges [0, 9] read by 1,000 vertices, [5, 14] and [20, 29] written: the sweep makes the
+    pairs a writer is in (with itself included) and none of the 499,500 pairs of readers."""
+    low = np.array([0] * 1000 + [5, 20])
+    high = np.array([9] * 1000 + [14, 29])
+    writes = np.array([False] * 1000 + [True, True])
+    sweep = _Sweep(low, high, writes)
+    pairs = {tuple(sorted(p)) for i, j in sweep.candidates() for p in zip(i.tolist(), j.tolist())}
+    assert sweep.pairs == 1000 + 2 and pairs == {(k, 1000) for k in range(1001)} | {(1001, 1001)}
 
 
 def test_box_halves_cover_the_box_exactly():
