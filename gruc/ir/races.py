@@ -213,15 +213,26 @@ class _Bounds:
         shape = variable.shape
         periods = sorted({math.prod(shape[k:]) for k in range(1, len(shape))}
                          - {1, variable.num_elements})
-        first = variable.first_id
-        low = np.array([b.offset - first for b in boxes], dtype=np.int64)
-        high = np.array([b.last - first for b in boxes], dtype=np.int64)
-        self.ids = (low, high, np.array([math.gcd(*b.strides) for b in boxes], dtype=np.int64))
+        rank = max((len(b.strides) for b in boxes), default=0)
+        # strides and sizes padded to one rank (stride 0, size 1: a dimension that adds nothing)
+        strides = np.array([b.strides + (0,) * (rank - len(b.strides)) for b in boxes],
+                           dtype=np.int64).reshape(len(boxes), rank)
+        spans = strides * (np.array([b.sizes + (1,) * (rank - len(b.sizes)) for b in boxes],
+                                    dtype=np.int64).reshape(len(boxes), rank) - 1)
+        low = np.array([b.offset for b in boxes], dtype=np.int64) - variable.first_id
+        high = low + spans.sum(axis=1)
+        self.ids = (low, high, np.gcd.reduce(strides, axis=1))
         self.rows, self.columns = [], []
         for period in periods:
-            rows, columns = _rows_and_columns(boxes, low, high, period)
-            self.rows.append(rows)
-            self.columns.append(columns)
+            within = strides % period != 0          # the dimensions that move along a row
+            end = low + (spans * within).sum(axis=1)
+            flat = low // period == end // period   # the box's columns do not wrap round a row
+            self.rows.append((low // period, high // period,
+                              np.where(flat, np.gcd.reduce(strides // period * ~within, axis=1),
+                                       1)))
+            self.columns.append((np.where(flat, low % period, 0),
+                                 np.where(flat, end % period, period - 1),
+                                 np.where(flat, np.gcd.reduce(strides * within, axis=1), 1)))
 
     def sweep_keys(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         return [self.ids] + self.columns
@@ -233,23 +244,6 @@ class _Bounds:
             common = np.maximum(np.gcd(step[i], step[j]), 1)  # steps both 0: the ranges decide
             keep &= (low[i] <= high[j]) & (low[j] <= high[i]) & ((low[i] - low[j]) % common == 0)
         return keep
-
-
-def _rows_and_columns(boxes: list[Box], low: np.ndarray, high: np.ndarray, period: int):
-    """The row and the column coordinates (``low``, ``high``, ``step`` arrays) of ``boxes``
-    whose ids, from the variable's first, run from ``low`` to ``high``."""
-    columns = np.empty((3, len(boxes)), np.int64)
-    row_steps = np.ones(len(boxes), np.int64)
-    for k, box in enumerate(boxes):
-        start = int(low[k])
-        within = [(s, n) for s, n in zip(box.strides, box.sizes) if s % period]
-        end = start + sum(s * (n - 1) for s, n in within)
-        if start // period == end // period:
-            columns[:, k] = start % period, end % period, math.gcd(*(s for s, _ in within))
-            row_steps[k] = math.gcd(*(s // period for s in box.strides if s % period == 0))
-        else:
-            columns[:, k] = 0, period - 1, 1
-    return (low // period, high // period, row_steps), tuple(columns)
 
 
 def _race_on(variable: Variable, group: list[Access]) -> Race | None:
