@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError as error:
         # the configuration is too big for this machine: the user's to change, like bad input
         print(f"gruc {args.command}: error: the host ran out of memory "
-              f"({error or 'an allocation failed'}); choose a smaller configuration or a machine "
-              "with more memory", file=sys.stderr)
+              f"({str(error) or 'an allocation failed'}); choose a smaller configuration or a "
+              "machine with more memory", file=sys.stderr)
         return 2
     except GrucError as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -209,4 +209,4 @@ def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),
     except MemoryError as error:  # this machine's limit: the row says so, a resumed sweep retries
         return _row(config, pipeline, swept, config.target(),
                     {"error": f"{HOST_MEMORY_ERROR}: the host ran out of memory planning it "
-                              f"({error or 'an allocation failed'})"})
+                              f"({str(error) or 'an allocation failed'})"})

@@ -56,14 +56,18 @@ def test_gru_names_its_product_library_and_refuses_an_unknown_one(library, monke
         assert "Traceback" not in err
 
 
-def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
+@pytest.mark.parametrize("raised, code, message", [
+    (KeyboardInterrupt, 130, "gruc gru: interrupted\n"),
+    (MemoryError, 2, "gruc gru: error: the host ran out of memory (an allocation failed); choose "
+                     "a smaller configuration or a machine with more memory\n")])
+def test_ctrl_c_and_a_bare_memory_error_are_one_line(raised, code, message, monkeypatch, capsys):
     import gruc.cli.gru as gru_command
 
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(gru_command, "build_layer", interrupted)
-    code, out, err = gruc(["gru", *SIZES], capsys)
-    assert code == 130 and err == "gruc gru: interrupted\n"
+    def fail(*args, **kwargs):
+        raise raised
+    monkeypatch.setattr(gru_command, "build_layer", fail)
+    assert gruc(["gru", *SIZES], capsys) == (code, "GRU layer: S=3 B=2 I=8 H=8 float phase=fwd\n",
+                                             message)
 
 
 def test_a_layer_too_big_for_the_host_is_one_line_not_a_traceback():

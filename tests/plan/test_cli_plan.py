@@ -103,3 +103,22 @@ def test_plots_without_matplotlib_are_refused_before_the_sweep(tmp_path, monkeyp
     assert code == 2
     assert "pip install 'gruc[viz]'" in capsys.readouterr().err
     assert not (tmp_path / "out" / "rows.json").exists()      # nothing was planned
+
+
+def test_rows_too_big_for_the_host_are_counted_apart_from_refused_ones(tmp_path, capsys,
+                                                                        monkeypatch):
+    import gruc.plan.layer as layer_module
+    real = layer_module.plan_layer
+
+    def short_of_memory(config, pipeline):
+        if config.batch_size == 2:
+            raise MemoryError
+        return real(config, pipeline)
+    monkeypatch.setattr(layer_module, "plan_layer", short_of_memory)
+    argv = ["plan", *SMALL, "--batch-size", "1,2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert ("configurations    2: 2 planned now, 0 already in " f"{tmp_path}, 0 refused, 1 too big "
+            "for this host's memory (planned again next run)") in capsys.readouterr().out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert rows[1]["error"] == ("MemoryError: the host ran out of memory planning it (an "
+                                "allocation failed)")
