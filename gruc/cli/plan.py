@@ -24,7 +24,7 @@ from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_la
 from gruc.plan.grid import TUPLE_FIELDS
 from gruc.plan.layer import PLAN_IGNORED
 from gruc.plan.plots import require_plotting
-from gruc.plan.rows import HOST_MEMORY_ERROR, cell_text
+from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
 from gruc.popnn.gru_layer import GruLayerConfig
 
@@ -208,7 +208,7 @@ def _study(args: argparse.Namespace) -> int:
         executor.close()
     if len(result.rows) <= TABLE_ROWS:
         _print_table(result.rows, spec.parameters)
-    short = sum(str(row["error"]).startswith(HOST_MEMORY_ERROR) for row in result.errors)
+    short = sum(map(short_of_host_memory, result.errors))
     print(f"configurations    {len(result.rows)}: {result.computed} planned now, "
           f"{result.skipped} already in {out}, {len(result.errors) - short} refused"
           + (f", {short} too big for this host's memory (planned again next run)" if short

@@ -43,6 +43,11 @@ machine's answer, not the configuration's, so a resumed sweep plans it again (on
 or with more memory free) rather than keeping it."""
 
 
+def short_of_host_memory(row: dict[str, Any]) -> bool:
+    """Whether ``row`` records that the host ran out of memory planning it."""
+    return str(row.get("error") or "").startswith(HOST_MEMORY_ERROR)
+
+
 def cell_text(value: Any) -> str:
     """A row value as a table cell and as one would type it to ``gruc plan``: lists comma-joined
     (the CSV quotes them), None empty."""
@@ -77,7 +82,7 @@ class RowStore:
                 raise GrucValueError(f"{path} is not a rows file gruc wrote (a JSON list of rows "
                                      "with a 'config' key); move it away or choose another --out")
             for row in loaded:
-                if not str(row.get("error") or "").startswith(HOST_MEMORY_ERROR):
+                if not short_of_host_memory(row):
                     self._remember(row)
         for name in (JSON_NAME, CSV_NAME):  # what a killed run was writing: never a result
             for stale in self.directory.glob(f"{TEMPORARY_PREFIX}*-{name}"):
