@@ -3,7 +3,9 @@
 import json
 import re
 import shlex
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -68,6 +70,30 @@ def test_ctrl_c_and_a_bare_memory_error_are_one_line(raised, code, message, monk
     monkeypatch.setattr(gru_command, "build_layer", fail)
     assert gruc(["gru", *SIZES], capsys) == (code, "GRU layer: S=3 B=2 I=8 H=8 float phase=fwd\n",
                                              message)
+
+
+def test_the_command_line_starts_without_loading_the_engine():
+    """``import gruc.cli`` (the console script's first line) loads neither numba nor the runtime,
+    so nothing a user can interrupt runs before ``main`` can catch it."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, gruc.cli; print(sorted(m for m in sys.modules if "
+         "m.split('.')[0] in ('numba', 'numpy') or m.startswith('gruc.runtime')))"],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout == "[]\n"
+
+
+def test_ctrl_c_while_the_engine_loads_is_one_line():
+    """SIGINT as soon as the command line is importable: it lands while ``main`` loads the
+    subcommands (numba and all, most of a second), which used to end in a traceback."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, gruc.cli; print('ready', flush=True); "
+         f"sys.exit(gruc.cli.main({['gru', *SIZES]!r}))"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, err) in {(130, "gruc: interrupted\n"),
+                                       (130, "gruc gru: interrupted\n")}, err
 
 
 def test_a_layer_too_big_for_the_host_is_one_line_not_a_traceback():

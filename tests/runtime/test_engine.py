@@ -13,6 +13,7 @@ from gruc import (FLOAT, INT, UNSIGNED_INT, Call, Copy, Engine, Graph, GrucError
                   Sequence, Sync, Target, WriteUndef)
 from gruc.ir.expr import _1, _2, _3, Const, eq, exp, select, sigmoid, tanh
 from gruc.ops import add, add_in_place, cast, fill, map, map_in_place, map_with_output, mul, zero
+from gruc.runtime.lower import TILE_STRIDE_ALIGNMENT, host_tile_stride
 
 T16 = Target.custom(tiles_per_ipu=16)
 BACKENDS = ["numpy", "numba"]
@@ -224,6 +225,27 @@ def test_memory_reuse_is_real_and_results_stay_right():
     plan = engine.plan
     assert plan.blocks(first.index) == plan.blocks(second.index)  # same tiles, offsets, bytes
     np.testing.assert_array_equal(out["out2"], 3 * np.arange(64) + 2 * np.arange(64) + 1)
+
+
+@pytest.mark.parametrize("max_tile_bytes", [0, 1, 64, 65, 128, 147_456, 147_457])
+def test_host_tiles_are_an_odd_number_of_cache_lines_apart(max_tile_bytes):
+    """Tiles an even number of lines apart share few cache sets (see ``host_tile_stride``)."""
+    stride = host_tile_stride(max_tile_bytes)
+    assert stride >= max_tile_bytes and stride % TILE_STRIDE_ALIGNMENT == 0
+    assert (stride // TILE_STRIDE_ALIGNMENT) % 2 == 1
+    assert stride - max_tile_bytes < 2 * TILE_STRIDE_ALIGNMENT  # at most one line more than needed
+
+
+def test_an_engine_lays_tiles_out_an_odd_number_of_cache_lines_apart():
+    g = Graph(Target.custom(tiles_per_ipu=4))
+    x = linear(g, FLOAT, (4 * 32,), "x")  # 128 bytes a tile: two lines
+    prog = Sequence()
+    g.create_host_write("x", x)
+    g.create_host_read("y", map(g, _1 * Const(2.0), [x], prog, "y"))
+    engine, out = run(g, prog, {"x": np.arange(128)}, ["y"], "numba")
+    assert engine.executable.tile_stride == host_tile_stride(engine.plan.max_total_bytes)
+    assert (engine.executable.tile_stride // TILE_STRIDE_ALIGNMENT) % 2 == 1
+    np.testing.assert_array_equal(out["y"], 2 * np.arange(128))
 
 
 def test_out_of_memory_compiles_and_reports_and_strict_raises():
