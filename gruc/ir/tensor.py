@@ -328,7 +328,11 @@ class Tensor:
         """Whether some element appears twice (a broadcast or overlapping view).  Decided from the
         layout where it tells (one run of ids; strides, :func:`~gruc.ir.layout.strided_distinct`)
         and, for a concatenation of non-overlapping slices of one tensor that has no repeats (a
-        dynamic slice's per-tile column pick), without listing the concatenation's ids."""
+        dynamic slice's per-tile column pick), without listing the concatenation's ids.  A view
+        that names each element of its source at most once (a slice, reshape, ...) of a source
+        without repeats has none (a wide layer's column pick is a reshape of strided runs)."""
+        if isinstance(self.op, _ONE_TO_ONE) and not self.sources[0].has_repeats():
+            return False
         if isinstance(self.op, ConcatOp):
             sliced = _disjoint_slices_of(self.sources)
             if sliced is not None and not sliced.has_repeats():
@@ -452,6 +456,10 @@ def share_elements(a: Tensor, b: Tensor) -> bool:
     if start_a is not None and start_b is not None:
         return start_a < start_b + b.num_elements and start_b < start_a + a.num_elements
     return bool(np.intersect1d(a.flat_ids(), b.flat_ids()).size)
+
+
+_ONE_TO_ONE = (SliceOp, SubsampleOp, ReverseOp, ReshapeOp, DimShuffleOp)
+"""View ops that name each element of their source at most once."""
 
 
 def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:

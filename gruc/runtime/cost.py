@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import ConcatOp, SliceOp
+from gruc.ir.layout import ConcatOp, ReshapeOp, SliceOp
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
@@ -128,12 +128,15 @@ def _batches(pieces: list[Piece], graph: Graph) -> Iterator[tuple[list[Piece], l
 
 
 def _concatenated(tensor: Tensor) -> Iterator[Tensor]:
-    """The views ``tensor`` concatenates (itself if it is no concatenation): between them they
-    name its elements, and each is usually strided (a dynamic slice's per-tile column pick is a
-    concatenation of column slices), so its tiles can be read in place."""
+    """The views ``tensor`` concatenates (itself if it is no concatenation), each seen through
+    any reshape (which names the same elements): between them they name its elements, and each
+    is usually strided (a dynamic slice's per-tile column pick is a concatenation of column
+    slices, or one reshape of a slice of runs a row apart), so its tiles can be read in place."""
     if isinstance(tensor.op, ConcatOp):
         for source in tensor.sources:
             yield from _concatenated(source)
+    elif isinstance(tensor.op, ReshapeOp):
+        yield from _concatenated(tensor.sources[0])
     else:
         yield tensor
 

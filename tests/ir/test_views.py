@@ -241,6 +241,25 @@ def test_has_repeats_of_concatenated_slices_follows_their_ids():
         assert view.has_repeats() is repeats, name
 
 
+def test_a_one_to_one_view_of_a_tensor_without_repeats_has_none_without_listing_ids(monkeypatch):
+    """Slices, reshapes, subsamples, reversals and shuffles name each element of their source at
+    most once: over a source without repeats the answer needs no ids (a wide layer's column pick
+    is a reshape of strided runs that no layout describes).  Over a broadcast the ids decide."""
+    import gruc.ir.tensor as tensor_module
+
+    g, x, _ = fresh((4, 6, 10))
+    pick = x.slice(2, 8, 2).reshape([4, 6, 2, 3]).slice(0, 2, 3).reshape([4, 24])
+    views = [pick, pick.reverse(1).subsample(2, 1), pick.dim_shuffle([1, 0])]
+    listed = []
+    monkeypatch.setattr(tensor_module, "distinct", lambda ids: listed.append(ids) or np.unique(ids))
+    for view in views:
+        assert view.has_repeats() is False and len(np.unique(view.flat_ids())) == view.num_elements
+    assert listed == []
+    column = x[:1].broadcast(3, 0)
+    assert column.slice(0, 1, 0).reshape([60]).has_repeats() is False  # one row of a broadcast
+    assert column.slice(0, 2, 0).reshape([120]).has_repeats() is True
+
+
 def test_strided_slices_of_huge_variables_do_not_materialise_the_variable():
     graph = Graph(Target.ipu2())
     big = graph.add_variable(FLOAT, (1000, 64, 256))
