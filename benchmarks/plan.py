@@ -1,9 +1,10 @@
 """Planning studies: plan-only time per configuration, where it goes, and sweep throughput.
 
-* Plan-only seconds per configuration (median) of a B x I x H = 16 x 2 x 8 layer (S = 20) on 20
-  tiles and of a 64 x 256 x 256, S = 100 layer on an ipu2 (target: <= 1 s), with the engine's
-  default pipeline (what a run compiles) and with none (``--pipeline ''``); and of the same ipu2
-  layer with a batch of 4,096, near the largest that fits (default pipeline).
+* Plan-only seconds per configuration (median; ``plan_row``, what a sweep runs) of a B x I x H =
+  16 x 2 x 8 layer (S = 20) on 20 tiles and of a 64 x 256 x 256, S = 100 layer on an ipu2
+  (target: <= 1 s), with the engine's default pipeline (what a run compiles) and with none
+  (``--pipeline ''``); and of the same ipu2 layer with a batch of 4,096, near the largest that
+  fits (default pipeline).
 * The ipu2 layer's time by phase: build, each pass of the default pipeline, verify, liveness +
   memory plan, step costs, static step counts — and the lowering a run adds on top, which
   plan-only skips.
@@ -28,7 +29,7 @@ from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.plan_memory import plan_memory
 from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, find_max,
-                       plan_layer, run_sweep)
+                       plan_row, run_sweep)
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.cost import step_costs
 from gruc.runtime.lower import lower
@@ -98,14 +99,14 @@ def batch_search() -> dict[str, float]:
 
 def main() -> None:
     parse_no_options(__doc__)
-    plan_layer(SMALL)  # imports and first-call costs out of the way
+    plan_row(SMALL)  # imports and first-call costs out of the way
     per_configuration = {}
     for name, config, repeats in [("16x2x8_S20_on_20_tiles", SMALL, 5),
                                   ("64x256x256_S100_on_ipu2", IPU2, 3)]:
         for label, pipeline in [("default_pipeline", None), ("no_pipeline", "")]:
-            seconds = median_seconds(lambda: plan_layer(config, pipeline), repeats=repeats)
+            seconds = median_seconds(lambda: plan_row(config, (), pipeline), repeats=repeats)
             per_configuration[f"{name}/{label}"] = round(seconds, 4)
-    seconds = median_seconds(lambda: plan_layer(LARGE), repeats=3)
+    seconds = median_seconds(lambda: plan_row(LARGE), repeats=3)
     per_configuration["4096x256x256_S100_on_ipu2/default_pipeline"] = round(seconds, 4)
     no_pipeline = IPU2_SWEEP.model_copy(update={"pipeline": ""})
     result = {
