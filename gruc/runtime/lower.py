@@ -11,9 +11,10 @@ The executable mirrors the program tree (blocks, loops, branches, calls) with le
 exactly as the liveness analysis numbers steps, so the cost model and the report speak of the same
 steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the most any tile
 of the plan uses, rounded up to an odd number of cache lines (:func:`host_tile_stride`) — not the
-target's ``bytes_per_tile``.  Planned addresses keep their meaning (``tile * bytes_per_tile +
-offset``, as the report shows them); only the host image is packed, so a program that uses 20 KB of each 624 KB tile touches 30 MB of host
-memory, not 900 MB, and its tensors spread over all tiles stay in cache.  A program over capacity
+target's ``bytes_per_tile`` — from a page boundary of the host.  Planned addresses keep their
+meaning (``tile * bytes_per_tile + offset``, as the report shows them); only the host image is
+packed, so a program that uses 20 KB of each 624 KB tile touches 30 MB of host memory, not
+900 MB, and its tensors spread over all tiles stay in cache.  A program over capacity
 still runs (as on Poplar's IPUModel) while the report says it would not fit.
 """
 
@@ -39,6 +40,8 @@ from gruc.types import ALL_TYPES, DType
 
 TILE_STRIDE_ALIGNMENT = 64
 """Simulated tiles start on cache-line boundaries (and so on every type's alignment)."""
+HOST_PAGE = 4096
+"""Device memory starts on a page boundary of the host (and so on a cache line)."""
 
 
 def host_tile_stride(max_tile_bytes: int) -> int:
@@ -379,6 +382,18 @@ def lower(module: Module, plan: MemoryPlan) -> Executable:
     return _Lowering(module, plan, plan.liveness).run()
 
 
+def aligned_array(shape: int | tuple[int, ...], dtype, alignment: int = TILE_STRIDE_ALIGNMENT, *,
+                  zeroed: bool = False) -> np.ndarray:
+    """A new array whose data starts on an ``alignment``-byte boundary (a cache line by default).
+    numpy's arrays start where malloc puts them, 16 bytes past a line, so a loop's 64-byte vector
+    loads and stores each touch two lines."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod((shape,) if isinstance(shape, int) else shape) * dtype.itemsize
+    block = (np.zeros if zeroed else np.empty)(nbytes + alignment, np.uint8)
+    start = -block.ctypes.data % alignment
+    return block[start:start + nbytes].view(dtype).reshape(shape)
+
+
 class DeviceMemory:
     """The simulated tile memory: one byte buffer, tile after tile, with a typed view per type.
 
@@ -387,7 +402,10 @@ class DeviceMemory:
     """
 
     def __init__(self, num_tiles: int, tile_stride: int) -> None:
-        self.raw = np.zeros(num_tiles * tile_stride, dtype=np.uint8)
+        self.raw = aligned_array(num_tiles * tile_stride, np.uint8, HOST_PAGE, zeroed=True)
+        """The buffer, from a page boundary: numpy's big arrays start 16 bytes past one (malloc's
+        header), which put every tile 16 bytes past a cache line, so a 64-byte piece of a tensor
+        spanned two lines (aligned, the 256 GRU layer's forward ran 4 % faster)."""
         self.views = {t.name: self.raw.view(t.storage) for t in ALL_TYPES}
         self.host_writes = 0
         """How many times the host wrote (:meth:`write`): caches of tile data watch it."""

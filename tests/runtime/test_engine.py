@@ -13,7 +13,7 @@ from gruc import (FLOAT, INT, UNSIGNED_INT, Call, Copy, Engine, Graph, GrucError
                   Sequence, Sync, Target, WriteUndef)
 from gruc.ir.expr import _1, _2, _3, Const, eq, exp, select, sigmoid, tanh
 from gruc.ops import add, add_in_place, cast, fill, map, map_in_place, map_with_output, mul, zero
-from gruc.runtime.lower import TILE_STRIDE_ALIGNMENT, host_tile_stride
+from gruc.runtime.lower import HOST_PAGE, TILE_STRIDE_ALIGNMENT, aligned_array, host_tile_stride
 
 T16 = Target.custom(tiles_per_ipu=16)
 BACKENDS = ["numpy", "numba"]
@@ -236,7 +236,18 @@ def test_host_tiles_are_an_odd_number_of_cache_lines_apart(max_tile_bytes):
     assert stride - max_tile_bytes < 2 * TILE_STRIDE_ALIGNMENT  # at most one line more than needed
 
 
-def test_an_engine_lays_tiles_out_an_odd_number_of_cache_lines_apart():
+@pytest.mark.parametrize("shape, dtype, alignment", [
+    (0, np.float32, 64), (7, np.uint8, 64), ((3, 5), np.float32, 64), ((2, 3, 4), np.int64, 4096)])
+def test_host_arrays_start_on_the_boundary_asked_for(shape, dtype, alignment):
+    array = aligned_array(shape, dtype, alignment)
+    zeroed = aligned_array(shape, dtype, alignment, zeroed=True)
+    assert array.shape == ((shape,) if isinstance(shape, int) else shape) and array.dtype == dtype
+    assert array.flags.c_contiguous and not zeroed.any()
+    if array.size:  # an empty array has no data to align
+        assert array.ctypes.data % alignment == 0 and zeroed.ctypes.data % alignment == 0
+
+
+def test_an_engine_lays_tiles_out_on_cache_lines_an_odd_number_of_lines_apart():
     g = Graph(Target.custom(tiles_per_ipu=4))
     x = linear(g, FLOAT, (4 * 32,), "x")  # 128 bytes a tile: two lines
     prog = Sequence()
@@ -245,6 +256,7 @@ def test_an_engine_lays_tiles_out_an_odd_number_of_cache_lines_apart():
     engine, out = run(g, prog, {"x": np.arange(128)}, ["y"], "numba")
     assert engine.executable.tile_stride == host_tile_stride(engine.plan.max_total_bytes)
     assert (engine.executable.tile_stride // TILE_STRIDE_ALIGNMENT) % 2 == 1
+    assert engine.memory.raw.ctypes.data % HOST_PAGE == 0  # so every tile starts a cache line
     np.testing.assert_array_equal(out["y"], 2 * np.arange(128))
 
 

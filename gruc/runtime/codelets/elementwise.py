@@ -26,7 +26,8 @@ from gruc.runtime.cost import cycle_estimator, elementwise_cycles
 from gruc.runtime.interp import NUMPY_VERTICES, Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (KERNEL_HEADER, Unchanged, find_segments, load_kernel,
                                   numba_executable_hook, runs_by_address, streams)
-from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
+from gruc.runtime.lower import (DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand,
+                                aligned_array)
 from gruc.target import Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
 
@@ -245,8 +246,8 @@ def _staged(expression: ex.Expr, out: Operand, operands: tuple[Operand, ...],
         return None
     dtypes = [op.dtype for op in operands]
     kernel = load_kernel(staged_kernel_source(expression, dtypes, streaming))
-    y = np.empty(out.index.size, out.dtype.storage)
-    staging = [np.empty(len(y) if moves else 0, op.dtype.storage)
+    y = aligned_array(out.index.size, out.dtype.storage)
+    staging = [aligned_array(len(y) if moves else 0, op.dtype.storage)
                for op, moves in zip(operands, streaming)]
     nothing = np.zeros((3, 0), np.int64)
 

@@ -51,7 +51,7 @@ from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import HostCopies, Unchanged, numba_executable_hook, numba_vertex
 from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
-                                Loop, LoweredVertex, Operand, PrintStep, WhileLoop)
+                                Loop, LoweredVertex, Operand, PrintStep, WhileLoop, aligned_array)
 from gruc.runtime.transfer import SharedRead, Transfer
 from gruc.target import Target
 from gruc.types import FLOAT, HALF
@@ -143,7 +143,7 @@ class _Operands:
     def __init__(self, vertex: LoweredVertex, step: int, executable: Executable,
                  step_counts: np.ndarray, copies: HostCopies) -> None:
         G, M, K, N = blocking_of(vertex.vertex).shape
-        self.a, self.b = np.empty((G, M, K), F32), np.empty((G, K, N), F32)
+        self.a, self.b = aligned_array((G, M, K), F32), aligned_array((G, K, N), F32)
         self.moves = [(SharedRead(vertex.fields[name], copies, offer=True),
                        Unchanged(vertex.fields[name], executable, step_counts, step), host)
                       for name, host in (("a", self.a), ("b", self.b))]
@@ -198,10 +198,10 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
     accumulate = vertex.kind == "MatMulReduceAcc"
     G, Pk, M, N = p.shape
     o_io = Transfer(out)
-    total = np.empty((G, M, N), F32)
-    current = np.empty_like(total) if accumulate else None
+    total = aligned_array((G, M, N), F32)
+    current = aligned_array(total.shape, F32) if accumulate else None
     if p.dtype is HALF:
-        p_in, partials = Transfer(p), np.empty(p.shape, F32)
+        p_in, partials = Transfer(p), aligned_array(p.shape, F32)
     else:
         flat = np.arange(G * Pk * M * N, dtype=np.int64)
         p_in = Transfer(p, positions=flat // (Pk * M * N) * (M * N) + flat % (M * N))
@@ -347,8 +347,8 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
         return lambda memory: o_io.write(memory, product)
     if out.dtype is FLOAT:
         return lambda memory: o_io.add_scaled(memory, product, _factor(memory, scale, k))
-    current = np.empty_like(product)
-    total = np.empty_like(product)
+    current = aligned_array(product.shape, F32)
+    total = aligned_array(product.shape, F32)
 
     def run(memory: DeviceMemory) -> None:
         o_io.read(memory, current)
@@ -391,7 +391,7 @@ def _transposed_reader(operand: Operand, G: int, M: int, K: int
     along = Transfer(operand)
     if len(across.lengths) <= len(along.lengths):
         return across.read
-    scratch = np.empty((G, M, K), F32)
+    scratch = aligned_array((G, M, K), F32)
 
     def read(memory: DeviceMemory, into: np.ndarray) -> None:
         along.read(memory, scratch)
@@ -409,10 +409,10 @@ class _DeferredProducts:
         G, M, K, N = self.shape = shape
         step_bytes = G * (M * K + K * N) * F32().itemsize
         depth = max(1, min(-(-DEFERRED_DEPTH // K), DEFERRED_BYTES // step_bytes))
-        self.a, self.b = np.empty((depth, G, K, M), F32), np.empty((depth, G, K, N), F32)
-        self.joined_a = np.empty((G, depth, K, M), F32) if G > 1 else None
-        self.joined_b = np.empty((G, depth, K, N), F32) if G > 1 else None
-        self.product = np.empty((G, M, N), F32)
+        self.a, self.b = aligned_array((depth, G, K, M), F32), aligned_array((depth, G, K, N), F32)
+        self.joined_a = aligned_array((G, depth, K, M), F32) if G > 1 else None
+        self.joined_b = aligned_array((G, depth, K, N), F32) if G > 1 else None
+        self.product = aligned_array((G, M, N), F32)
         self.count = 0
         self.library = library_name()
 
@@ -549,7 +549,7 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
                 prepared[id(vertex)] = _partials(vertex, operands)
                 continue
             G, M, _, N = blocking_of(vertex.vertex).shape
-            product = np.empty((G, M, N), F32)
+            product = aligned_array((G, M, N), F32)
             prepared[id(vertex)] = _fused_product(operands, product)
             prepared[id(consumer)] = _fused_reduce(consumer, product)
     return prepared
