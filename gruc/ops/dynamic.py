@@ -98,22 +98,6 @@ def _map_columns_home(graph: Graph, fresh: Tensor, dims: tuple[int, ...], home: 
     graph.set_tile_mapping(fresh, TileMapping.from_element_tiles(tiles))
 
 
-def _strided_groups(runs: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
-    """``runs`` (ascending ``(begin, end)`` column ranges) as groups of equally long runs equally
-    far apart: ``(first begin, length, stride, count)``.  A sequence's columns on one tile are a
-    grain of every batch row (runs of 16 columns ``H`` apart), so a tile's thousand columns are a
-    group or two, where a run each made a wide layer's build and checks cost a view per run."""
-    groups: list[list[int]] = []
-    for begin, end in runs:
-        if groups:
-            first, length, stride, count = groups[-1]
-            if end - begin == length and (count == 1 or begin - first == count * stride):
-                groups[-1] = [first, length, begin - first if count == 1 else stride, count + 1]
-                continue
-        groups.append([begin, end - begin, end - begin, 1])
-    return [tuple(group) for group in groups]
-
-
 def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor, base: Tensor,
                          window_field: str, window: Tensor) -> None:
     """One ``kind`` vertex per tile, over the columns whose first base element is on that tile.
@@ -139,19 +123,7 @@ def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor
     def pick(view: Tensor, runs: list[tuple[int, int]]) -> Tensor:
         if runs == [(0, columns)]:
             return view
-        parts = []
-        for begin, length, stride, count in _strided_groups(runs):
-            whole = count if begin + count * stride <= columns else count - 1
-            if whole > 1:  # runs 'stride' apart: one view, whatever the count
-                rows = list(view.shape[:-1])
-                block = view.slice(begin, begin + whole * stride, sliced)
-                parts.append(block.reshape(rows + [whole, stride]).slice(0, length, sliced + 1)
-                             .reshape(rows + [whole * length]))
-            else:
-                whole = 0
-            parts += [view.slice(begin + k * stride, begin + k * stride + length, sliced)
-                      for k in range(whole, count)]
-        return parts[0] if len(parts) == 1 else concat(parts, sliced)
+        return concat([view.slice(begin, end, sliced) for begin, end in runs], sliced)
 
     offsets = offset.reshape([sliced])
     for tile, runs in runs_on.items():

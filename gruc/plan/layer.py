@@ -63,9 +63,9 @@ TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 COLLECT_AFTER_SECONDS = 1.0
 """After a plan that took this long, :func:`plan_row` runs the cyclic garbage collector.  A
 layer's graph, tensors and plan refer to one another, so they outlive the plan until a full
-collection, which Python runs rarely: a find-max over batches of 4,096 grew by 1.2 GB a plan and
-spent more time in page faults with each (a plan took 4.5, then 7-7.6 s).  A full collection
-costs 30-60 ms: most of a small layer's plan, at most 6 % of one that took a second."""
+collection, which Python runs rarely: four plans of a batch-4,096 layer in one process took it
+from 0.96 to 2.0 GB (and a process that grows pays more for each page it faults in).  A full
+collection costs 30-60 ms: most of a small layer's plan, at most 6 % of one that took a second."""
 
 
 def effective_pipeline(pipeline: str | None) -> str:

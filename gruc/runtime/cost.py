@@ -131,7 +131,7 @@ def _concatenated(tensor: Tensor) -> Iterator[Tensor]:
     """The views ``tensor`` concatenates (itself if it is no concatenation), each seen through
     any reshape (which names the same elements): between them they name its elements, and each
     is usually strided (a dynamic slice's per-tile column pick is a concatenation of column
-    slices, or one reshape of a slice of runs a row apart), so its tiles can be read in place."""
+    slices), so its tiles can be read in place."""
     if isinstance(tensor.op, ConcatOp):
         for source in tensor.sources:
             yield from _concatenated(source)

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from gruc import (FLOAT, HALF, INT, UNSIGNED_INT, Engine, Execute, Graph, GrucIndexError,
                   GrucShapeError, GrucTypeError, GrucValueError, Sequence, Target)
-from gruc.ir.layout import ConcatOp
 from gruc.ir.mapping import TileMapping
 from gruc.ops import dynamic_slice, dynamic_update
 
@@ -244,50 +243,3 @@ def test_sequence_slices_by_moved_rows_match_numpy(data):
     by_moves = [int(table_rows.max()) == 1 for table_rows, *_ in tables]
     assert by_moves and all(by_moves) == alike
 
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=12))
-def test_column_runs_group_into_equal_runs_equally_far_apart(gaps_and_lengths):
-    """The groups name exactly the runs, in order, and a group of equal runs keeps one stride."""
-    from gruc.ops.dynamic import _strided_groups
-
-    runs, end = [], 0
-    for gap, length in gaps_and_lengths:
-        runs.append((end + gap, end + gap + length))
-        end += gap + length
-    groups = _strided_groups(runs)
-    named = [(first + k * stride, first + k * stride + length)
-             for first, length, stride, count in groups for k in range(count)]
-    assert named == runs
-    assert all(stride >= length for _, length, stride, _ in groups)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=25, deadline=None)
-@given(data=st.data())
-def test_a_tile_s_columns_a_grain_of_every_row_are_one_view_and_right(backend, data):
-    """A sequence's columns laid out as poplibs lays them out (a grain of each batch row per
-    tile: runs of ``grain`` columns, a row of features apart) are picked per tile as one reshaped
-    view, or a view and the last run, in column order, and slice and update as numpy does."""
-    grain = data.draw(st.integers(1, 3), label="grain")
-    grains = data.draw(st.integers(1, 3), label="grains per row")
-    features = grain * grains
-    batch = data.draw(st.integers(2, 5), label="batch")
-    tiles = data.draw(st.integers(grains, 8), label="tiles")  # a grain of a row per tile
-    steps = data.draw(st.integers(1, 3), label="steps")
-    shift = data.draw(st.integers(0, 7), label="first tile")
-    columns = np.arange(batch * features)
-    column_tiles = (shift + columns % features // grain) % tiles
-    g, prog = build((steps, batch * features), [0], [1],
-                    element_tiles=np.tile(column_tiles, steps))
-    slicing = next(cs for cs in g.compute_sets if cs.name == "slice")
-    for vertex in slicing.vertices:
-        expected = np.flatnonzero(column_tiles == vertex.tile)
-        base = vertex.fields["base"]
-        assert base.shape == (steps, len(expected))
-        assert len(base.sources) <= 2 if isinstance(base.op, ConcatOp) else True
-        np.testing.assert_array_equal(base.ids() - base.variables()[0].first_id,
-                                      np.arange(steps)[:, None] * len(columns) + expected)
-    offset = data.draw(st.integers(0, steps - 1), label="offset")
-    check((steps, batch * features), [0], [1], [offset], backend, np.random.default_rng(0),
-          element_tiles=np.tile(column_tiles, steps))
