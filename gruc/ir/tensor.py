@@ -487,6 +487,38 @@ def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
     return source
 
 
+def strided_columns(view: Tensor, begin: int, length: int, stride: int, count: int) -> Tensor:
+    """Columns ``begin + k * stride + j`` (``k < count``, ``j < length``) of ``view``'s last dim,
+    in that order, as one view: the span of columns, split into ``[count, stride]`` and cut to
+    the first ``length``.  A dynamic slice's pick of a sequence's columns on one tile is a grain
+    of every batch row — dozens of runs a row apart — and a concatenation takes a view a run.
+    :func:`strided_columns_of` recognises the result, for analyses that cut runs from ``view``'s."""
+    rows, last = list(view.shape[:-1]), view.rank - 1
+    span = view.slice(begin, begin + count * stride, last)
+    split = span.reshape(rows + [count, stride])
+    return split.slice(0, length, last + 1).reshape(rows + [count * length])
+
+
+def strided_columns_of(tensor: Tensor) -> tuple[Tensor, int, int, int, int] | None:
+    """``(view, begin, length, stride, count)`` if ``tensor`` is :func:`strided_columns` of
+    ``view``, else None."""
+    cut = tensor.sources[0] if isinstance(tensor.op, ReshapeOp) else None
+    split = cut.sources[0] if cut is not None and isinstance(cut.op, SliceOp) else None
+    span = split.sources[0] if split is not None and isinstance(split.op, ReshapeOp) else None
+    if span is None or not isinstance(span.op, SliceOp) or cut.rank != tensor.rank + 1:
+        return None
+    view, rows = span.sources[0], tensor.shape[:-1]
+    count, stride = split.shape[-2:]
+    length = cut.shape[-1]
+    begin = span.op.begin[-1]
+    if (view.shape[:-1] != rows or split.shape[:-2] != rows
+            or cut.op.begin != (0,) * cut.rank or cut.op.end != (*rows, count, length)
+            or span.op.begin != (*(0,) * len(rows), begin)
+            or span.op.end != (*rows, begin + count * stride)):
+        return None
+    return view, begin, length, stride, count
+
+
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along ``dim`` (a view; nothing is copied)."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, Iterable):

@@ -5,8 +5,9 @@ view of the sequence (a thousand vertices per group in a 64x256x256 GRU layer). 
 one's first two rows through the memory plan costs ~40 µs of Python per vertex; the parent's
 rows, walked once, already say everything: a column range's runs are the parent's runs clipped
 to it, moving a row as the parent's do.  :meth:`gruc.passes.memory_plan.MemoryPlan.row_index_runs`
-uses these for views that are column slices of a 2-D view (or concatenations of them along the
-columns); anything else it walks as before.
+uses these for views that are column slices of a 2-D view, runs of its columns a row apart
+(:func:`~gruc.ir.tensor.strided_columns`) or concatenations of them along the columns; anything
+else it walks as before.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from gruc.ir.layout import ConcatOp, SliceOp
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, strided_columns_of
 
 RowRuns = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A first row's runs (flat positions from 0, first indices) and how far each moves a row."""
@@ -92,13 +93,26 @@ class ColumnRowRuns:
             if any(part is None for part in parts):
                 return None
             return join_columns(parts, [part.shape[1] for part in tensor.sources])
+        spaced = strided_columns_of(tensor)
+        if spaced is not None:  # runs a row apart: each cut from the view's, then joined
+            view, begin, length, stride, count = spaced
+            found, ends = self._parent(view)
+            if found is None:
+                return None
+            return join_columns([cut_columns(found, ends, begin + k * stride,
+                                             begin + k * stride + length) for k in range(count)],
+                                [length] * count)
         if not isinstance(op, SliceOp) or op.begin[0] != 0 or op.end[0] != tensor.shape[0] \
                 or tensor.sources[0].rank != 2:
             return None
-        parent = tensor.sources[0]
+        found, ends = self._parent(tensor.sources[0])
+        return None if found is None else cut_columns(found, ends, op.begin[1], op.end[1])
+
+    def _parent(self, parent: Tensor) -> tuple[RowRuns | None, np.ndarray | None]:
+        """A 2-D view's row runs and where each ends, walked once and then kept."""
         if self._parents.get(id(parent), (None,))[0] is not parent:
             found = self._walk(parent)
             ends = None if found is None else run_ends(found, parent.shape[1])
             self._parents[id(parent)] = (parent, found, ends)
         _, found, ends = self._parents[id(parent)]
-        return None if found is None else cut_columns(found, ends, op.begin[1], op.end[1])
+        return found, ends

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gruc import (FLOAT, HALF, INT, UNSIGNED_INT, Engine, Execute, Graph, GrucIndexError,
                   GrucShapeError, GrucTypeError, GrucValueError, Sequence, Target)
 from gruc.ir.mapping import TileMapping
+from gruc.ir.tensor import strided_columns_of
 from gruc.ops import dynamic_slice, dynamic_update
 
 T8 = Target.custom(tiles_per_ipu=8)
@@ -243,3 +244,37 @@ def test_sequence_slices_by_moved_rows_match_numpy(data):
     by_moves = [int(table_rows.max()) == 1 for table_rows, *_ in tables]
     assert by_moves and all(by_moves) == alike
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_a_tile_s_columns_a_grain_of_every_row_are_one_view_and_right(backend, data):
+    """A sequence's columns laid out as poplibs lays them out (a grain of each batch row per
+    tile: runs of ``grain`` columns, a row of features apart) are picked per tile as one view
+    where the runs' span fits in the row (else a concat of the runs), in column order, and slice
+    and update as numpy does."""
+    grain = data.draw(st.integers(1, 3), label="grain")
+    grains = data.draw(st.integers(1, 3), label="grains per row")
+    features = grain * grains
+    batch = data.draw(st.integers(2, 5), label="batch")
+    tiles = data.draw(st.integers(grains, 8), label="tiles")  # a grain of a row per tile
+    steps = data.draw(st.integers(1, 3), label="steps")
+    shift = data.draw(st.integers(0, 7), label="first tile")
+    columns = np.arange(batch * features)
+    column_tiles = (shift + columns % features // grain) % tiles
+    g, prog = build((steps, batch * features), [0], [1],
+                    element_tiles=np.tile(column_tiles, steps))
+    slicing = next(cs for cs in g.compute_sets if cs.name == "slice")
+    for vertex in slicing.vertices:
+        expected = np.flatnonzero(column_tiles == vertex.tile)
+        base = vertex.fields["base"]
+        assert base.shape == (steps, len(expected))
+        np.testing.assert_array_equal(base.ids() - base.variables()[0].first_id,
+                                      np.arange(steps)[:, None] * len(columns) + expected)
+        runs = np.count_nonzero(np.diff(expected) != 1) + 1
+        fits = expected[0] + runs * features <= len(columns)
+        assert (strided_columns_of(base) is not None) == (1 < runs and fits)
+    offset = data.draw(st.integers(0, steps - 1), label="offset")
+    check((steps, batch * features), [0], [1], [offset], backend, np.random.default_rng(0),
+          element_tiles=np.tile(column_tiles, steps))

@@ -16,7 +16,7 @@ from gruc import (Call, Copy, FLOAT, HALF, Graph, GrucMappingError, GrucOutOfMem
                   GrucValueError, Module, Repeat, Sequence, Target, WriteUndef)
 from gruc.ir.expr import _1
 from gruc.ir.mapping import TileMapping
-from gruc.ir.tensor import concat
+from gruc.ir.tensor import concat, strided_columns, strided_columns_of
 from gruc.passes.liveness import analyse_liveness
 from gruc.passes.plan_memory import MemoryPlan, PlanMemory, plan_memory
 
@@ -541,8 +541,9 @@ def test_row_moves_of_two_rows_runs():
 @settings(deadline=None, max_examples=80)
 @given(st.data())
 def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
-    """Per-tile column slices of a sequence laid out alike at every step (and concatenations of
-    them along the columns, as the GRU layer's gate slices are) get their row runs cut from the
+    """Per-tile column slices of a sequence laid out alike at every step (concatenations of them
+    along the columns, as the GRU layer's gate slices are, and runs of its columns a row apart as
+    one view, as a wide batch's column picks are) get their row runs cut from the
     sequence's: expanded row by row, they give every element's index; the sequence is walked once
     for all its slices."""
     graph = Graph(TARGET)
@@ -558,8 +559,17 @@ def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
                               label="bounds"))
     slices = [rows.slice(begin, end, 1) for begin, end in zip(bounds, bounds[1:]) if end > begin]
     views = slices + ([concat(slices[::-1], 1), concat(slices, 1)] if slices else [])
+    length = data.draw(st.integers(1, width), label="run length")
+    apart = data.draw(st.integers(length, width), label="runs apart")
+    count = data.draw(st.integers(2, 4), label="runs")
+    begin = data.draw(st.integers(0, 2 * width), label="first run")
+    spaced = []
+    if begin + count * apart <= 2 * width:  # runs a row apart, as one view
+        spaced = [strided_columns(rows, begin, length, apart, count)]
+        assert strided_columns_of(spaced[0]) == (rows, begin, length, apart, count)
+        assert strided_columns_of(rows.slice(begin, begin + length, 1)) is None
     stride = TARGET.bytes_per_tile
-    for view in views:
+    for view in views + spaced:
         found = plan.row_index_runs(view, stride)
         assert found is not None, view
         positions, firsts, moves = found
@@ -574,8 +584,8 @@ def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
         joined = plan.row_index_runs(views[-1], stride)
         spanned = plan.row_index_runs(rows.slice(bounds[0], bounds[-1], 1), stride)
         assert [part.tolist() for part in joined] == [part.tolist() for part in spanned]
-    walked = plan._column_row_runs[stride]._parents if slices else {}
-    assert list(walked) == ([id(rows)] if slices else [])
+    walked = plan._column_row_runs[stride]._parents if slices or spaced else {}
+    assert list(walked) == ([id(rows)] if slices or spaced else [])
 
 
 def test_row_runs_cut_to_columns_and_joined_back():
