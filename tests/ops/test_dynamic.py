@@ -278,3 +278,25 @@ def test_a_tile_s_columns_a_grain_of_every_row_are_one_view_and_right(backend, d
     offset = data.draw(st.integers(0, steps - 1), label="offset")
     check((steps, batch * features), [0], [1], [offset], backend, np.random.default_rng(0),
           element_tiles=np.tile(column_tiles, steps))
+
+
+def test_a_long_gru_layer_s_slice_groups_never_list_a_sequence_row_by_row():
+    """Compile time flat in the sequence length rests on this: every slice group of a training
+    layer's loop takes its bases' first row and how far each run moves a row, never every row —
+    including bases picked as one view of runs a row apart (a wide batch on few tiles)."""
+    from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+    from gruc.runtime.codelets import dynamic as codelets
+
+    steps = codelets.ROW_RUNS_MIN_ROWS + 2
+    layer = build_layer(GruLayerConfig(sequence_size=steps, batch_size=32, input_size=8,
+                                       output_size=32, phase="all", tiles_per_ipu=16))
+    bases = [v.fields["base"] for cs in layer.graph.compute_sets for v in cs.vertices
+             if v.kind.name in ("DynamicSlice", "DynamicUpdate")]
+    assert any(strided_columns_of(base) is not None for base in bases)
+    tables = []
+    group_tables = codelets._group_tables
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codelets, "_group_tables",
+                      lambda *args: tables.append(group_tables(*args)) or tables[-1])
+        Engine(layer.graph, layer.programs)
+    assert tables and [int(table_rows.max()) for table_rows, *_ in tables] == [1] * len(tables)
