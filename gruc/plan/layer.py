@@ -18,7 +18,6 @@ under a maximum-length assumption.
 
 from __future__ import annotations
 
-import gc
 import json
 import time
 from dataclasses import dataclass
@@ -59,14 +58,6 @@ and ``total_capacity`` are the target's memory (per tile, all tiles), not what t
 
 TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 """Columns that vary from one computation of a row to the next."""
-
-COLLECT_AFTER_SECONDS = 1.0
-"""After a plan that took this long, :func:`plan_row` runs the cyclic garbage collector.  A
-layer's graph, tensors and plan refer to one another, so they outlive the plan until a full
-collection, which Python runs rarely: four plans of a batch-4,096 layer in one process took it
-from 0.96 to 2.0 GB (and a process that grows pays more for each page it faults in).  A full
-collection costs 30-60 ms: most of a small layer's plan, at most 6 % of one that took a second."""
-
 
 def effective_pipeline(pipeline: str | None) -> str:
     """The pipeline a compile runs, in canonical form (``a, b{x=1}`` and ``a,b{x=1}`` are one
@@ -208,7 +199,6 @@ def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),
     building or planning, e.g. more shards than the target allows) gives a row whose ``error``
     says why, so a sweep records it once and moves on; so does one too big for the host's memory
     (a ``MemoryError``, which a resumed sweep plans again)."""
-    start = time.perf_counter()
     try:
         return plan_layer(config, pipeline).row(swept)
     except GrucError as error:
@@ -219,6 +209,3 @@ def plan_row(config: GruLayerConfig, swept: Sequence[str] = (),
         return _row(config, pipeline, swept, config.target(),
                     {"error": f"{HOST_MEMORY_ERROR}: the host ran out of memory planning it "
                               f"({str(error) or 'an allocation failed'})"})
-    finally:
-        if time.perf_counter() - start >= COLLECT_AFTER_SECONDS:
-            gc.collect()

@@ -8,7 +8,7 @@ import pytest
 
 from gruc.errors import GrucParseError
 from gruc.plan import ROW_COLUMNS, config_key, plan_layer, plan_row
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.popnn.gru_layer import GruLayerConfig, run_layer
 
 SMALL = dict(sequence_size=7, input_size=5, output_size=4, batch_size=3, tiles_per_ipu=64,
              backend="numpy")
@@ -85,29 +85,3 @@ def test_overflow_names_the_first_tile():
     assert row["first_overflow_tile"] == 0 and row["first_overflow_bytes"] > row["bytes_per_tile"]
     assert "B)" in row["first_overflow_tensors"]
 
-
-@pytest.mark.parametrize("after_seconds, freed", [(0.0, True), (1e9, False)])
-def test_a_long_plan_leaves_no_layer_behind(after_seconds, freed, monkeypatch):
-    """A layer's graph is a web of cycles that only a full collection frees: after a plan that
-    took ``COLLECT_AFTER_SECONDS`` or more, ``plan_row`` runs it, so a sweep of big layers does
-    not grow by a layer a plan.  (The automatic collector is off here, to see the difference.)"""
-    import gc
-    import weakref
-
-    import gruc.plan.layer as layer_module
-
-    graphs = []
-
-    def build(config):
-        layer = build_layer(config)
-        graphs.append(weakref.ref(layer.graph))
-        return layer
-    monkeypatch.setattr(layer_module, "build_layer", build)
-    monkeypatch.setattr(layer_module, "COLLECT_AFTER_SECONDS", after_seconds)
-    gc.collect()
-    gc.disable()
-    try:
-        assert plan_row(GruLayerConfig(**SMALL))["error"] is None
-        assert (graphs[0]() is None) is freed
-    finally:
-        gc.enable()
