@@ -10,11 +10,13 @@ generation's threshold is raised, so full collections (nearly) stop; the young g
 still collected as before, so short-lived garbage cycles are still freed.  The caller's
 thresholds come back when the last active block exits (blocks nest, in any thread).
 
-A full collection put off is paid when the next block starts, if it is still owed (as many young
-collections since the last full one as the caller's threshold): a graph is a web of cycles, so a
-dropped engine's graph waits for a full collection, and a loop that builds engine after engine
-spends nearly all its time inside blocks — it grew by 155 MB an engine (a 64x256x256 training
-layer) until this one collection at the start of each build, which keeps it flat for ~0.2 s.
+A graph is a web of cycles, so a dropped engine's graph waits for a full collection, and a loop
+that builds engine after engine spends nearly all its time inside blocks: it grew by 155 MB an
+engine (a 64x256x256 training layer).  So a full collection put off is paid when the next block
+starts, if it is owed (:data:`OWED_AFTER` times as many young collections since the last full
+one as the caller's threshold) and an engine or a compiled program has been freed since
+(:func:`note_release`): a loop stays flat, and a build followed by its compile, where nothing
+was dropped, pays nothing.
 ``gc.disable()`` by the caller is respected.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,9 +32,23 @@ DEFERRED_THRESHOLD = 1000
 """Young-generation collections between full collections while deferred (CPython's default is
 10): about seven million allocations."""
 
+OWED_AFTER = 4
+"""A full collection is owed once this many times the caller's threshold of young collections
+passed without one: a 64x256x256 layer's plan makes 7-10, so a sweep of them collects every
+four or five plans (every one, it took 8 % longer), and keeps at most that many dropped."""
+
 _lock = threading.Lock()
 _active = 0
 _saved: tuple[int, ...] = ()
+_released = threading.Event()
+"""Set when something :func:`note_release` watches is freed: a graph may have become garbage."""
+
+
+def note_release(owner: object) -> None:
+    """Mark, once ``owner`` is freed, that a graph may have become garbage.  ``owner`` is what
+    holds a compiled graph and is itself freed by reference counting (an engine, a compiled
+    program), so its end is seen at once where the graph's would wait for a full collection."""
+    weakref.finalize(owner, _released.set)
 
 
 @contextmanager
@@ -41,8 +58,10 @@ def deferred_full_collections() -> Iterator[None]:
     with _lock:
         if _active == 0:
             _saved = gc.get_threshold()
-            if gc.isenabled() and gc.get_count()[2] >= _saved[2]:
-                gc.collect()  # the full collection the last deferred block put off
+            if _released.is_set() and gc.isenabled() \
+                    and gc.get_count()[2] >= OWED_AFTER * _saved[2]:
+                _released.clear()
+                gc.collect()  # the full collection the last blocks put off, with garbage to find
             gc.set_threshold(_saved[0], _saved[1], max(_saved[2], DEFERRED_THRESHOLD))
         _active += 1
     try:

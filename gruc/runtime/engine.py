@@ -25,7 +25,7 @@ import numpy as np
 
 from gruc.errors import GrucOutOfMemory, GrucProgramError, GrucTypeError, GrucValueError
 from gruc.ir.graph import Graph, to_storage
-from gruc.ir.heap import deferred_full_collections
+from gruc.ir.heap import deferred_full_collections, note_release
 from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import check_initialized
@@ -85,7 +85,9 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
         raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
                               f"tile(s) over capacity in all")
     step_cost = step_costs(module.graph, plan.liveness.steps) if costs else None
-    return CompiledProgram(module, plan, step_cost, time.perf_counter() - start)
+    compiled = CompiledProgram(module, plan, step_cost, time.perf_counter() - start)
+    note_release(compiled)  # its graph is garbage for the cyclic collector once it is gone
+    return compiled
 
 
 def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipeline: object,
@@ -142,6 +144,7 @@ class Engine:
         self.checked = bool(checked)
         self._last_program: int | None = None
         self.compile_seconds = time.perf_counter() - start
+        note_release(self)
 
     @cached_property
     def costs(self) -> tuple[StepCost, ...]:

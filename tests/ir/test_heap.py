@@ -64,25 +64,35 @@ def test_a_disabled_collector_stays_disabled_and_a_decorated_function_keeps_its_
     assert build.__name__ == "build" and build.__doc__ == "Doc."
 
 
-@pytest.mark.parametrize("owed", [True, False])
-def test_a_full_collection_put_off_is_paid_when_the_next_block_starts(owed):
+@pytest.mark.parametrize("owed, released", [(True, True), (True, False), (False, True)])
+def test_a_full_collection_put_off_is_paid_when_the_next_block_starts(owed, released):
     """A graph is a web of cycles: a dropped one waits for a full collection.  If the blocks put
-    one off (as many young collections since the last full one as the threshold), the next
-    block starts with it, so a loop that builds graph after graph does not keep them all."""
+    one off (``OWED_AFTER`` times the threshold of young collections since the last full one) and
+    something holding a graph was freed since, the next block starts with it, so a loop that
+    builds graph after graph does not keep them all; with nothing freed, a block pays nothing."""
     import weakref
 
     from gruc import FLOAT, Graph, Target
+    from gruc.ir import heap
+
+    class Holder:
+        pass
 
     graph = Graph(Target.custom(tiles_per_ipu=4))
     graph.add_variable(FLOAT, (4,), "x")  # the variable refers to its graph: a cycle
     gc.collect()  # the graph is old now: only a full collection frees it
+    heap._released.clear()  # whatever earlier tests freed
+    holder = Holder()
+    heap.note_release(holder)
     dropped = weakref.ref(graph)
     del graph
-    young = gc.get_threshold()[2] if owed else 0  # the young collections a full one waits for
+    if released:
+        del holder
+    young = heap.OWED_AFTER * gc.get_threshold()[2] if owed else 0  # what a full one waits for
     with deferred_full_collections():
         for _ in range(young):
             gc.collect(1)
     assert dropped() is not None
     with deferred_full_collections():
-        assert (dropped() is None) is owed
+        assert (dropped() is None) is (owed and released)
     gc.collect()
