@@ -14,10 +14,9 @@ A graph is a web of cycles, so a dropped engine's graph waits for a full collect
 that builds engine after engine spends nearly all its time inside blocks: it grew by 155 MB an
 engine (a 64x256x256 training layer).  So a full collection put off is paid when the next block
 starts, if it is owed (:data:`OWED_AFTER` times as many young collections since the last full
-one as the caller's threshold) and an engine or a compiled program has been freed since
-(:func:`note_release`): a loop stays flat, and a build followed by its compile, where nothing
-was dropped, pays nothing.
-``gc.disable()`` by the caller is respected.
+one as the caller's threshold) and a compiled program (an engine's, a plan's) has been freed
+since (:func:`note_release`): a loop stays flat, and a build followed by its compile, where nothing
+was dropped, pays nothing.  ``gc.disable()`` by the caller is respected.
 """
 
 from __future__ import annotations
@@ -46,8 +45,9 @@ _released = threading.Event()
 
 def note_release(owner: object) -> None:
     """Mark, once ``owner`` is freed, that a graph may have become garbage.  ``owner`` is what
-    holds a compiled graph and is itself freed by reference counting (an engine, a compiled
-    program), so its end is seen at once where the graph's would wait for a full collection."""
+    holds a compiled graph and is itself freed by reference counting (a compiled program, which an
+    engine holds), so its end is seen at once where the graph's would wait for a full
+    collection."""
     weakref.finalize(owner, _released.set)
 
 

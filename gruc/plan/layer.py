@@ -59,6 +59,7 @@ and ``total_capacity`` are the target's memory (per tile, all tiles), not what t
 TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 """Columns that vary from one computation of a row to the next."""
 
+
 def effective_pipeline(pipeline: str | None) -> str:
     """The pipeline a compile runs, in canonical form (``a, b{x=1}`` and ``a,b{x=1}`` are one
     pipeline, so one row): ``pipeline``, or the engine's default for None.  A bad pipeline is

@@ -124,8 +124,9 @@ class Engine:
         compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory,
                                    costs=False)
         module, plan = compiled.module, compiled.plan
-        self.module = module
-        self.plan = plan
+        self.compiled = compiled
+        """The module after the pipeline and its memory plan, held as long as the engine: its
+        release then tells the heap that the engine's graph is garbage (``note_release``)."""
         self.executable = lower(module, plan)
         verify_memory(module, plan, self.executable, lazy=True)  # before any index is read
         self.memory = DeviceMemory(self.executable.num_tiles, self.executable.tile_stride)
@@ -144,7 +145,14 @@ class Engine:
         self.checked = bool(checked)
         self._last_program: int | None = None
         self.compile_seconds = time.perf_counter() - start
-        note_release(self)
+
+    @property
+    def module(self) -> Module:
+        return self.compiled.module
+
+    @property
+    def plan(self) -> MemoryPlan:
+        return self.compiled.plan
 
     @cached_property
     def costs(self) -> tuple[StepCost, ...]:
