@@ -7,6 +7,7 @@ line on stderr and exit code 2 (argparse's convention), never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Sequence
@@ -21,15 +22,30 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``gruc`` parser with every subcommand registered, in the order ``gruc --help`` lists
-    them."""
-    from gruc.cli import dump, gru, opt, passes, plan, trace, viz
+COMMANDS = {
+    "gru": "build, run and check a GRU layer",
+    "passes": "list passes and their options",
+    "dump": "print the GRU layer's IR (text, json, dot)",
+    "opt": "run a pass pipeline on a saved module",
+    "viz": "HTML report (memory, liveness, program, cycles)",
+    "trace": "run the GRU layer, write a Chrome trace",
+    "plan": "plan-only sweeps of GRU layer flags",
+}
+"""Each subcommand (the module ``gruc.cli.<name>``) and its line in ``gruc --help``, in that
+order."""
 
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``gruc`` parser.  Only the subcommand ``argv`` names gets its flags (every one does
+    when ``argv`` is None): a subcommand module imports the compiler, numba and all, which takes
+    a second, and ``gruc --help`` or ``gruc passes`` should not wait for the others'."""
+    chosen = next((word for word in argv if not word.startswith("-")), None) if argv else None
     parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for module in (gru, passes, dump, opt, viz, trace, plan):
-        module.register(commands)
+    for name, summary in COMMANDS.items():
+        command = commands.add_parser(name, help=summary)
+        if argv is None or name == chosen:
+            importlib.import_module(f"gruc.cli.{name}").register(command)
     return parser
 
 
@@ -69,8 +85,8 @@ class _QuietWhenTheReaderLeaves:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gruc`` with ``argv`` (default: the process arguments); return the exit code."""
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(words).parse_args(words)
     except KeyboardInterrupt:
         return _interrupted("gruc")
     stdout, sys.stdout = sys.stdout, _QuietWhenTheReaderLeaves(sys.stdout)

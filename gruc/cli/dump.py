@@ -17,9 +17,9 @@ from gruc.popnn.gru_layer import build_layer
 from gruc.runtime.viz import StatusLine
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("dump", help="print the GRU layer's IR (text, json, dot)",
-                                 description=__doc__.splitlines()[0])
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc dump``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     add_pipeline_flags(parser)
     parser.add_argument("--format", choices=FORMATS, default="text",

@@ -123,9 +123,9 @@ def _as_typed(value: Any) -> str:
     return str(int(value)) if isinstance(value, bool) else str(value)
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("gru", help="build, run and check a GRU layer",
-                                 description=__doc__.splitlines()[0])
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc gru``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
     parser.add_argument("--profile", metavar="DIR", type=output_directory,

@@ -170,9 +170,9 @@ def apply_pipeline(module: Module, args: argparse.Namespace) -> Module:
     return run.module
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("opt", help="run a pass pipeline on a saved module",
-                                 description=__doc__.splitlines()[0])
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc opt``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.splitlines()[0]
     parser.add_argument("input", metavar="IN", nargs="?", default=STDIO,
                         help="text IR or JSON module; - for stdin (the default)")
     add_pipeline_flags(parser)

@@ -11,8 +11,8 @@ import textwrap
 from gruc.passes import PASSES
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("passes", help="list passes and their options")
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc passes``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
     parser.set_defaults(run=run)
 
 

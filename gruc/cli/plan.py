@@ -35,10 +35,10 @@ TABLE_ROWS = 40
 """Sweeps up to this many rows are also printed as a table."""
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("plan", help="plan-only sweeps of GRU layer flags",
-                                 description=__doc__.replace("``", "'"),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc plan``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.replace("``", "'")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for flag, field, _, text in PLAN_FLAGS:
         parser.add_argument(flag, dest=field, default=None, metavar="VALUES",
                             help=flag_help(field, text))

@@ -17,9 +17,9 @@ from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("trace", help="run the GRU layer, write a Chrome trace",
-                                 description=__doc__.splitlines()[0])
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc trace``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")

@@ -26,9 +26,9 @@ from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
 
 
-def register(commands) -> None:
-    parser = commands.add_parser("viz", help="HTML report (memory, liveness, program, cycles)",
-                                 description=__doc__.splitlines()[0])
+def register(parser: argparse.ArgumentParser) -> None:
+    """``gruc viz``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
                         "stdin) instead of the GRU layer; only --backend may go with it")

@@ -1,5 +1,6 @@
 """The ``gruc`` command line, in process through ``main(argv)``."""
 
+import ast
 import json
 import re
 import shlex
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from gruc.cli import main
+from gruc.cli import COMMANDS, main
 from cli_helpers import GRUC, SIZES, SMALL, gruc
 
 
@@ -80,6 +81,26 @@ def test_the_command_line_starts_without_loading_the_engine():
          "m.split('.')[0] in ('numba', 'numpy') or m.startswith('gruc.runtime')))"],
         capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout == "[]\n"
+
+
+@pytest.mark.parametrize("argv, loads", [(["--help"], set()), (["bogus"], set()),
+                                         (["passes", "--help"], {"gruc.cli.passes"})])
+def test_help_and_a_mistyped_command_load_no_subcommand_but_the_one_named(argv, loads):
+    """``gruc --help`` lists every subcommand from the command table alone, in a twentieth of
+    the second importing them all would take; a subcommand's own help loads that one only."""
+    code = ("import sys, gruc.cli\ntry:\n    gruc.cli.main(sys.argv[1:])\nexcept SystemExit:\n"
+            "    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or "
+            "m.startswith('gruc.cli.')))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          timeout=60, check=True)
+    *shown, loaded = done.stdout.splitlines()
+    assert {m for m in ast.literal_eval(loaded) if m.startswith("gruc.cli.")} == loads
+    if argv == ["--help"]:
+        assert "numba" not in ast.literal_eval(loaded)
+        for name, summary in COMMANDS.items():
+            assert any(line.split() == [name, *summary.split()] for line in shown), name
+    if argv == ["bogus"]:
+        assert "invalid choice: 'bogus' (choose from 'gru', 'passes', 'dump'" in done.stderr
 
 
 def test_ctrl_c_while_the_engine_loads_is_one_line():
