@@ -24,11 +24,14 @@ contender ran untimed for a moment (:data:`SWITCH_SECONDS`):
   gruc's products use, MKL where installed: :mod:`gruc.runtime.blas`) — no implementation can
   beat it.
 
-Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported; the gruc forward output is checked
-against torch's (max abs difference; poplibs' test data with the weights scaled as torch
-initialises them, see :func:`torch_scaled`).  Build and compile seconds of the gruc layers are recorded
-too, and where a gruc run's time goes, by kind of step (:func:`breakdown`, timed in extra runs
-after the interleaved ones).  Writes ``benchmarks/results/gru.json`` and prints a table.
+Ratios ``gruc / torch`` and ``gruc / flop bound`` are reported, of the medians, and ``gruc /
+torch`` also as the median of each round's own ratio (``paired_ratios``: a round's two calls are
+seconds apart, while this VM's speed drifts by tens of per cent over a run), with each contender's
+fastest and slowest call; the gruc forward output is checked against torch's (max abs difference;
+poplibs' test data with the weights scaled as torch initialises them, see :func:`torch_scaled`).
+Build and compile seconds of the gruc layers are recorded too, and where a gruc run's time goes, by
+kind of step (:func:`breakdown`, timed in extra runs after the interleaved ones).  Writes
+``benchmarks/results/gru.json`` and prints a table.
 ``python benchmarks/gru.py [--repeats N] [--shapes 100x16x128x128,...]``
 """
 
@@ -246,9 +249,9 @@ def peak_sgemm_flops(library: str, size: int = 2048, repeats: int = 9) -> float:
     return 2 * size ** 3 / best
 
 
-def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each contender, timed round-robin, each call after
-    :data:`SWITCH_SECONDS` of the same contender untimed."""
+def interleaved(contenders: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds of each contender's timed call in every round, timed round-robin, each call
+    after :data:`SWITCH_SECONDS` of the same contender untimed."""
     times = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
@@ -259,7 +262,7 @@ def interleaved(contenders: dict, repeats: int) -> dict[str, float]:
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
 
 
 STEP_KINDS = (("products", {"MatMulPartials"}),
@@ -324,13 +327,14 @@ def measure(shape, repeats: int, peak: float) -> dict:
     x, h0 = data.x.astype(np.float32), data.h0.astype(np.float32)
     grad = data.grad_output.astype(np.float32)
     products = PoplibsProducts(shape, library_name())
-    seconds = interleaved({
+    times = interleaved({
         "gruc_fwd": lambda: fwd_engine.run(0), "torch_fwd": torch_fwd,
         "numpy_fwd": lambda: numpy_forward(x, h0, *arrays),
         "gruc_train": lambda: train_engine.run(0), "torch_train": torch_train,
         "numpy_train": lambda: numpy_train(x, h0, *arrays, grad),
         "products_fwd": products.forward, "products_train": products.train,
     }, repeats)
+    seconds = {name: statistics.median(values) for name, values in times.items()}
     seconds["flop_bound_fwd"] = fwd_flops / peak
     seconds["flop_bound_train"] = train_flops / peak
     difference = float(np.max(np.abs(fwd_engine.read_tensor("output") - torch_fwd().numpy())))
@@ -342,7 +346,15 @@ def measure(shape, repeats: int, peak: float) -> dict:
     ratios.update({f"products_{kind}_over_torch": round(seconds[f"products_{kind}"]
                                                         / seconds[f"torch_{kind}"], 3)
                    for kind in ("fwd", "train")})
-    return {"shape": "x".join(map(str, shape)), "T_B_I_H": list(shape), "median_ms": ms, "ratios": ratios,
+    # the same round's gruc and torch calls are seconds apart: their ratio drifts less than the
+    # machine does over the whole run
+    paired = {f"gruc_{kind}_over_torch": round(statistics.median(
+        gruc / peer for gruc, peer in zip(times[f"gruc_{kind}"], times[f"torch_{kind}"])), 3)
+        for kind in ("fwd", "train")}
+    spread = {name: [round(min(values) * 1e3, 2), round(max(values) * 1e3, 2)]
+              for name, values in times.items()}
+    return {"shape": "x".join(map(str, shape)), "T_B_I_H": list(shape), "median_ms": ms,
+            "fastest_and_slowest_ms": spread, "ratios": ratios, "paired_ratios": paired,
             "gruc_fwd_vs_torch_max_abs_difference": difference,
             "gruc_ms_by_step_kind": steps, "gruc_fwd_layer": fwd_cost, "gruc_train_layer": train_cost,
             "flops": {"fwd": fwd_flops, "train": train_flops}}
@@ -360,7 +372,8 @@ def main() -> None:
     peak = max(peaks.values())  # the bound is the fastest sgemm this machine has
     results = [measure(shape, args.repeats, peak) for shape in shapes]
     print(f"gruc's products: {library}; peak sgemm {peak / 1e9:.1f} GFLOP/s; median ms "
-          f"(ratio gruc/torch, gruc/bound); products: gruc's products alone")
+          f"(ratio gruc/torch, median of the rounds' gruc/torch, gruc/bound); products: gruc's "
+          f"products alone")
     for row in results:
         ms, ratios = row["median_ms"], row["ratios"]
         name = row["shape"]
@@ -369,6 +382,7 @@ def main() -> None:
                   f"{ms[f'torch_{kind}']:8.1f}  numpy {ms[f'numpy_{kind}']:8.1f}  products "
                   f"{ms[f'products_{kind}']:7.1f}  bound "
                   f"{ms[f'flop_bound_{kind}']:7.1f}  ({ratios[f'gruc_{kind}_over_torch']:.2f}x, "
+                  f"{row['paired_ratios'][f'gruc_{kind}_over_torch']:.2f}x, "
                   f"{ratios[f'gruc_{kind}_over_flop_bound']:.2f}x)")
         for kind, spent in row["gruc_ms_by_step_kind"].items():
             print(f"{'':>16} gruc {kind} by step kind (ms): "
