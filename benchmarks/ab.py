@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 WARM_SECONDS = 0.15
 """Untimed running before each timed run, as ``gru.py`` does: the previous process's BLAS threads
 have stopped spinning, and the layer's memory is in the caches."""
@@ -87,8 +85,11 @@ def _base_tree(base: str, scratch: Path) -> tuple[Path, str, bool]:
     here (to be removed)."""
     if Path(base, "gruc").is_dir():
         return Path(base).resolve(), str(Path(base).resolve()), False
-    revision = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", base],
-                              capture_output=True, text=True, check=True).stdout.strip()
+    found = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "--verify",
+                            f"{base}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode:
+        raise SystemExit(f"ab.py: {base!r} is neither a gruc tree nor a revision of {HERE}")
+    revision = found.stdout.strip()
     tree = scratch / "base"
     subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", "--quiet", str(tree),
                     revision], check=True)
@@ -137,8 +138,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per process")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    shape = tuple(int(size) for size in args.shape.lower().split("x"))
-    if len(shape) != 4 or min(shape) < 1 or args.rounds < 1 or args.repeats < 1:
+    sizes = args.shape.lower().split("x")
+    shape = tuple(int(size) for size in sizes if size.isdigit())
+    if len(shape) != 4 or len(sizes) != 4 or min(shape) < 1 or args.rounds < 1 or args.repeats < 1:
         parser.error("--shape is T x B x I x H, four positive sizes; --rounds and --repeats at "
                      "least 1")
     if args.child:
