@@ -37,23 +37,12 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def time_layer(shape: tuple[int, int, int, int], phase: str, repeats: int) -> dict:
-    """In a child process: build the layer with whatever ``gruc`` this process imports, write
-    poplibs' test data, and time ``Engine.run``; median and fastest seconds."""
+    """In a child process: the layer built by whatever ``gruc`` this process imports, its
+    ``Engine.run`` timed; median and fastest seconds."""
     import gruc
-    from gruc import Engine
-    from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+    from _common import gruc_layer
 
-    steps, batch, inputs, hidden = shape
-    config = GruLayerConfig(sequence_size=steps, batch_size=batch, input_size=inputs,
-                            output_size=hidden, phase=phase, reset_after=True)
-    layer = build_layer(config)
-    engine = Engine(layer.graph, layer.programs)
-    data = host_data(config)[0]
-    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
-              "output_weights": data.output_weights, "biases": data.biases,
-              "grad_output": data.grad_output}
-    for name in layer.writes:
-        engine.write_tensor(name, values[name])
+    engine = gruc_layer(shape, phase)[0]
     times = []
     for _ in range(repeats):
         warm = time.perf_counter() + WARM_SECONDS

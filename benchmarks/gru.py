@@ -51,10 +51,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from _common import write_result  # noqa: E402
-from gruc import Engine  # noqa: E402
+from _common import gruc_layer, write_result  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data  # noqa: E402
 from gruc.runtime.blas import Product, library_name  # noqa: E402
 from gruc.runtime.codelets.matmul import DEFERRED_DEPTH  # noqa: E402
 from gruc.runtime.lower import ExecuteStep  # noqa: E402
@@ -176,23 +174,10 @@ class PoplibsProducts:
 
 # ---- contenders ------------------------------------------------------------------------------
 def gruc_engine(shape, phase: str):
-    """A compiled layer with its data written, and what building it cost."""
-    t, b, i, h = shape
-    config = GruLayerConfig(sequence_size=t, batch_size=b, input_size=i, output_size=h,
-                            phase=phase, reset_after=True)
-    start = time.perf_counter()
-    layer = build_layer(config)
-    built = time.perf_counter()
-    engine = Engine(layer.graph, layer.programs)
-    compiled = time.perf_counter()
-    data = torch_scaled(host_data(config)[0])
-    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
-              "output_weights": data.output_weights, "biases": data.biases,
-              "grad_output": data.grad_output}
-    for name in layer.writes:
-        engine.write_tensor(name, values[name])
-    return engine, data, layer.flops(), {"build_seconds": built - start,
-                                         "compile_seconds": compiled - built}
+    """A compiled layer with its data written (weights scaled as torch's), what its runs compute
+    in FLOPs, and what building it cost."""
+    engine, data, layer, cost = gruc_layer(shape, phase, torch_scaled)
+    return engine, data, layer.flops(), cost
 
 
 def torch_scaled(data):
