@@ -14,6 +14,7 @@ from gruc import FLOAT, HALF, INT, Copy, Engine, Graph, Repeat, Sequence, Target
 from gruc.ir.expr import _1, _2, _3, Cast, Const, sigmoid, tanh
 from gruc.ops import cast, map, map_in_place, map_with_output
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
+from gruc.ops.reduce import reduce_with_output
 from gruc.ops.matmul import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul,
                               mat_mul_acc)
 from gruc.runtime.codelets import elementwise
@@ -252,6 +253,35 @@ def test_one_offset_slices_of_time_major_sequences_move_row_by_row(rng, monkeypa
             expected[at] *= -2
             np.testing.assert_array_equal(results[1]["gates"], expected)
     assert calls.count(False) == calls.count(True) == 10  # per run: a slice, an update a tensor
+
+
+@pytest.mark.parametrize("op", ["add", "square_add", "max"])
+def test_a_step_of_many_reductions_is_one_kernel_call_and_matches_the_definition(op, rng):
+    """A reduction over rows cut across tiles (partials on each tile, then a final sum), run three
+    times in a loop, updating its output with a scale where the op allows: each step's vertices
+    of one kind are one callable, even where the kinds alternate, and match the definition."""
+    g = Graph(T16)
+    x = g.add_variable(FLOAT, (64, 20), "x")
+    g.map_tensor_linearly(x, grain_size=30)  # 80 elements a tile: rows cut across tiles
+    out = g.add_variable(FLOAT, (64,), "out")
+    g.map_tensor_linearly(out, min_elements_per_tile=4, grain_size=4)
+    body = Sequence()
+    update = op != "max"
+    reduce_with_output(g, x, out, [1], op, body, update=update, scale=0.5 if update else 1.0)
+    program = Sequence(Repeat(3, body))
+    start = rng.uniform(-1, 1, 64)
+    values = rng.uniform(-1, 1, (64, 20))
+    (numpy_out, numba_out), engine = results_of_both(g, program, {"x": x, "out": out},
+                                                     {"x": values, "out": start}, out)
+    x32 = values.astype(np.float32).astype(np.float64)
+    reduced = {"add": x32.sum(1), "square_add": (x32 ** 2).sum(1), "max": x32.max(1)}[op]
+    expected = start.astype(np.float32) + 1.5 * reduced if update else reduced
+    np.testing.assert_allclose(numpy_out, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(numba_out, numpy_out, rtol=1e-6, atol=1e-6)
+    steps = [leaf for leaf in engine.executable.leaves if getattr(leaf, "vertices", None)]
+    kinds = [{v.kind for v in leaf.vertices} for leaf in steps]  # partials: Reduce and Update
+    assert max(len(leaf.vertices) for leaf in steps) >= 8
+    assert [len(engine.interpreter.prepared[leaf.step]) for leaf in steps] == [len(k) for k in kinds]
 
 
 @pytest.mark.parametrize("in_place", [False, True])

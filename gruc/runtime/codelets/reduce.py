@@ -3,11 +3,13 @@
 numpy: the definition in :mod:`gruc.ir.codelets.reduce`, one ``ufunc.reduce`` per region.
 
 numba: one generated kernel per (op, input type, output type, update) that walks a table of
-regions.  Most regions are *affine* in memory (a region is a block of one tile's copy of a
-variable: element ``(j, k)`` sits at ``base + j*sj + k*sk``), and the kernel picks the loop order
-from the strides: a reduction over the batch axis (``sj == 1``: output slots are consecutive, the
-reduced elements a row apart) streams row after row into the accumulators, which LLVM vectorises;
-a reduction over the innermost dimension (``sk == 1``) sums one contiguous run per output slot.
+vertices and their regions: a step's reductions (a thousand single-tile partial sums for a bias
+gradient) are one call, not a Python call each.  Most regions are *affine* in memory (a region is
+a block of one tile's copy of a variable: element ``(j, k)`` sits at ``base + j*sj + k*sk``), and
+the kernel picks the loop order from the strides: a reduction over the batch axis (``sj == 1``:
+output slots are consecutive, the reduced elements a row apart) streams row after row into the
+accumulators, which LLVM vectorises; a reduction over the innermost dimension (``sk == 1``) sums
+one contiguous run per output slot.
 Regions that are not affine (concatenated partials) gather through per-element indices.  Vertices
 touching HALF data run on numpy, since numba cannot load float16 on a CPU.
 """
@@ -19,9 +21,9 @@ import numpy as np
 from gruc.ir.codelets.reduce import Operation, accumulator_dtype, identity, operation_of
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
-from gruc.runtime.interp import NUMPY_VERTICES, Prepared, numpy_vertex
-from gruc.runtime.kernels import load_kernel, numba_vertex
-from gruc.runtime.lower import DeviceMemory, LoweredVertex, Operand
+from gruc.runtime.interp import NUMPY_VERTICES, Prepared, RunHooks, numpy_vertex
+from gruc.runtime.kernels import load_kernel, numba_executable_hook, numba_vertex
+from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
 from gruc.types import FLOAT, HALF, INT, UNSIGNED_INT, DType
 
@@ -90,8 +92,10 @@ def _literal(value: float | int) -> str:
 
 
 def kernel_source(op: Operation, in_dtype: DType, out_dtype: DType, update: bool) -> str:
-    """Source of ``kernel(src, dst, out_index, offsets, ns, ms, bases, sjs, sks, gstart, gidx,
-    scale)``: a region table walked as the module docstring says."""
+    """Source of ``kernel(src, dst, out_index, out_start, scales, region_start, offsets, ns, ms,
+    bases, sjs, sks, gstart, gidx)``: vertex ``v`` writes ``out_index[out_start[v]:out_start[v +
+    1]]`` from regions ``region_start[v]`` to ``region_start[v + 1]`` of the region table, walked
+    as the module docstring says, and scaled by ``scales[v]``."""
     acc = _NUMBA_TYPE[accumulator_dtype(in_dtype).name]
     out = _NUMBA_TYPE[out_dtype.name]
     start = f"{acc}({_literal(identity(op, in_dtype))})"
@@ -103,59 +107,66 @@ def kernel_source(op: Operation, in_dtype: DType, out_dtype: DType, update: bool
     body = [
         "import math", "import numpy as np", "from numba import njit", "", "",
         f'@njit(cache=True, nogil=True, error_model="numpy"{fast})',
-        "def kernel(src, dst, out_index, offsets, ns, ms, bases, sjs, sks, gstart, gidx, scale):",
-        "    size = out_index.shape[0]",
-        f"    acc = np.empty(size, dtype={acc})",
-        "    for i in range(size):",
-        f"        acc[i] = {start}",
-        "    for b in range(offsets.shape[0]):",
-        "        off = offsets[b]",
-        "        n = ns[b]",
-        "        m = ms[b]",
-        "        g = gstart[b]",
-        "        if g < 0:",
-        "            base = bases[b]",
-        "            sj = sjs[b]",
-        "            sk = sks[b]",
-        "            if sj == 1 and n > 1:",
-        "                a = acc[off:off + n]",
-        "                for k in range(m):",
-        "                    row = src[base + k * sk:base + k * sk + n]",
-        "                    for j in range(n):",
-        f"                        x = {acc}(row[j])",
-        f"                        x = {pre}",
-        f"                        a[j] = {combine.format('a[j]', 'x')}",
-        "            elif sk == 1:",
-        "                for j in range(n):",
-        "                    p = base + j * sj",
-        "                    run = src[p:p + m]",
-        f"                    s = {start}",
+        "def kernel(src, dst, out_index, out_start, scales, region_start, offsets, ns, ms, bases,",
+        "           sjs, sks, gstart, gidx):",
+        "    largest = 0",
+        "    for v in range(out_start.shape[0] - 1):",
+        "        largest = max(largest, out_start[v + 1] - out_start[v])",
+        f"    acc = np.empty(largest, dtype={acc})",
+        "    for v in range(out_start.shape[0] - 1):",
+        "        first = out_start[v]",
+        "        size = out_start[v + 1] - first",
+        "        for i in range(size):",
+        f"            acc[i] = {start}",
+        "        for b in range(region_start[v], region_start[v + 1]):",
+        "            off = offsets[b]",
+        "            n = ns[b]",
+        "            m = ms[b]",
+        "            g = gstart[b]",
+        "            if g < 0:",
+        "                base = bases[b]",
+        "                sj = sjs[b]",
+        "                sk = sks[b]",
+        "                if sj == 1 and n > 1:",
+        "                    a = acc[off:off + n]",
         "                    for k in range(m):",
-        f"                        x = {acc}(run[k])",
-        f"                        x = {pre}",
-        f"                        s = {combine.format('s', 'x')}",
-        f"                    acc[off + j] = {combine.format('acc[off + j]', 's')}",
+        "                        row = src[base + k * sk:base + k * sk + n]",
+        "                        for j in range(n):",
+        f"                            x = {acc}(row[j])",
+        f"                            x = {pre}",
+        f"                            a[j] = {combine.format('a[j]', 'x')}",
+        "                elif sk == 1:",
+        "                    for j in range(n):",
+        "                        p = base + j * sj",
+        "                        run = src[p:p + m]",
+        f"                        s = {start}",
+        "                        for k in range(m):",
+        f"                            x = {acc}(run[k])",
+        f"                            x = {pre}",
+        f"                            s = {combine.format('s', 'x')}",
+        f"                        acc[off + j] = {combine.format('acc[off + j]', 's')}",
+        "                else:",
+        "                    for j in range(n):",
+        "                        p = base + j * sj",
+        f"                        s = {start}",
+        "                        for k in range(m):",
+        f"                            x = {acc}(src[p + k * sk])",
+        f"                            x = {pre}",
+        f"                            s = {combine.format('s', 'x')}",
+        f"                        acc[off + j] = {combine.format('acc[off + j]', 's')}",
         "            else:",
         "                for j in range(n):",
-        "                    p = base + j * sj",
         f"                    s = {start}",
         "                    for k in range(m):",
-        f"                        x = {acc}(src[p + k * sk])",
+        f"                        x = {acc}(src[gidx[g + j * m + k]])",
         f"                        x = {pre}",
         f"                        s = {combine.format('s', 'x')}",
         f"                    acc[off + j] = {combine.format('acc[off + j]', 's')}",
-        "        else:",
-        "            for j in range(n):",
-        f"                s = {start}",
-        "                for k in range(m):",
-        f"                    x = {acc}(src[gidx[g + j * m + k]])",
-        f"                    x = {pre}",
-        f"                    s = {combine.format('s', 'x')}",
-        f"                acc[off + j] = {combine.format('acc[off + j]', 's')}",
-        "    for i in range(size):",
-        "        r = acc[i]" + (f" * {acc}(scale)" if in_dtype.is_float else ""),
-        *([f"        r = {acc}(dst[out_index[i]]) + r"] if update else []),
-        f"        dst[out_index[i]] = {out}(r)",
+        *([f"        factor = {acc}(scales[v])"] if in_dtype.is_float else []),
+        "        for i in range(size):",
+        "            r = acc[i]" + (" * factor" if in_dtype.is_float else ""),
+        *([f"            r = {acc}(dst[out_index[first + i]]) + r"] if update else []),
+        f"            dst[out_index[first + i]] = {out}(r)",
         "",
     ]
     return "\n".join(body)
@@ -195,24 +206,72 @@ def region_table(offsets: list[int], ins: tuple[Operand, ...]) -> tuple[np.ndarr
             table["sks"], table["gstart"], gidx.astype(np.int64))
 
 
+def _compiled(vertex: LoweredVertex) -> bool:
+    """Whether the generated kernel runs ``vertex``: it has regions and no half data (numba has
+    no float16 on a CPU); the others run the numpy definition."""
+    out, ins = vertex.fields["out"], vertex.fields["ins"]
+    return bool(ins) and out.dtype is not HALF and ins[0].dtype is not HALF
+
+
+def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
+    """One kernel call running the compiled ``vertices`` (same kind, op and types) in order: a
+    step of a thousand single-tile reductions (a bias gradient's partials) is one call, not a
+    thousand."""
+    parts = [_parts(vertex) for vertex in vertices]
+    out, ins, op, _, _, update = parts[0]
+    in_dtype = ins[0].dtype
+    kernel = load_kernel(kernel_source(op, in_dtype, out.dtype, update))
+    tables = region_table([o for part in parts for o in part[3]],
+                          tuple(region for part in parts for region in part[1]))
+    out_index = np.concatenate([part[0].index for part in parts]).astype(np.int64, copy=False)
+    out_start = np.cumsum([0] + [part[0].index.size for part in parts], dtype=np.int64)
+    region_start = np.cumsum([0] + [len(part[1]) for part in parts], dtype=np.int64)
+    scales = np.array([part[4] for part in parts], dtype=np.float64)
+
+    def run(memory: DeviceMemory) -> None:
+        kernel(memory.view(in_dtype), memory.view(out.dtype), out_index, out_start, scales,
+               region_start, *tables)
+
+    return run
+
+
 @numba_vertex("Reduce")
 @numba_vertex("ReduceUpdate")
 def _numba_reduce(vertex: LoweredVertex) -> Prepared:
-    """The compiled reduction: one generated kernel per op, types and update over the table of every
-    region.  Half data (numba has no float16 on a CPU) and a vertex without regions run the numpy
-    definition instead."""
-    out, ins, op, offsets, scale, update = _parts(vertex)
-    if not ins or out.dtype is HALF or ins[0].dtype is HALF:
+    """The compiled reduction of one vertex (a group of one); see :func:`_compiled`."""
+    if not _compiled(vertex):
         return NUMPY_VERTICES[vertex.kind](vertex)
-    in_dtype = ins[0].dtype
-    kernel = load_kernel(kernel_source(op, in_dtype, out.dtype, update))
-    tables = region_table(offsets, ins)
-    out_index = out.index
+    return _prepare_group([vertex])
 
-    def run(memory: DeviceMemory) -> None:
-        kernel(memory.view(in_dtype), memory.view(out.dtype), out_index, *tables, scale)
 
-    return run
+def _group_key(vertex: LoweredVertex):
+    if vertex.kind not in ("Reduce", "ReduceUpdate") or not _compiled(vertex):
+        return None
+    return (vertex.kind, vertex.params["op"], vertex.fields["ins"][0].dtype.name,
+            vertex.fields["out"].dtype.name)
+
+
+@numba_executable_hook
+def _group_reductions(executable: Executable, hooks: RunHooks) -> dict[int, Prepared | None]:
+    """A step's compiled reductions of one kind, op and types, two or more, become one callable
+    (see :func:`_prepare_group`), run where the first of them was.  They need not be adjacent:
+    the verifier refuses a compute set whose vertices race (one writing what another reads or
+    writes), so its vertices give the same result in any order — a bias gradient's partials step
+    alternates the tiles that update the output with those that only write partials."""
+    prepared: dict[int, Prepared | None] = {}
+    for leaf in executable.leaves:
+        if not isinstance(leaf, ExecuteStep):
+            continue
+        groups: dict[tuple, list[LoweredVertex]] = {}
+        for vertex in leaf.vertices:
+            key = _group_key(vertex)
+            if key is not None:
+                groups.setdefault(key, []).append(vertex)
+        for group in groups.values():
+            if len(group) > 1:
+                prepared[id(group[0])] = _prepare_group(group)
+                prepared.update((id(v), None) for v in group[1:])
+    return prepared
 
 
 # ---- cycles -----------------------------------------------------------------------------------
