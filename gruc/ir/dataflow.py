@@ -24,7 +24,7 @@ import networkx as nx
 
 from gruc.ir.effects import EffectTable
 from gruc.ir.module import Module
-from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue, Sync,
+from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue, Sync,
                              WriteUndef)
 
 LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
@@ -33,11 +33,9 @@ LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
 
 def steps_of(module: Module) -> Iterator[Program]:
     """The step nodes of ``module``, in the order liveness, the memory plan and the report number
-    them (:mod:`gruc.passes.steps`): the entry programs, then each function once — the graph's,
-    then any other a ``Call`` names; a ``RepeatWhileTrue``'s predicate read after its condition and
+    them (:mod:`gruc.passes.steps`): the entry programs, then each function the module calls, once
+    (:attr:`Module.functions`); a ``RepeatWhileTrue``'s predicate read after its condition and
     before its body, an ``If``'s before its branches."""
-    functions = list(module.graph.functions)
-    listed = {id(function) for function in functions}
 
     def visit(node: Program) -> Iterator[Program]:
         if isinstance(node, RepeatWhileTrue):
@@ -45,9 +43,6 @@ def steps_of(module: Module) -> Iterator[Program]:
             yield node
             yield from visit(node.body)
             return
-        if isinstance(node, Call) and id(node.function) not in listed:
-            listed.add(id(node.function))
-            functions.append(node.function)
         if isinstance(node, LEAVES):
             yield node
         for child in node.children():
@@ -55,10 +50,8 @@ def steps_of(module: Module) -> Iterator[Program]:
 
     for program in module.programs:
         yield from visit(program)
-    done = 0
-    while done < len(functions):  # visiting a function may find another one to number
-        yield from visit(functions[done].program)
-        done += 1
+    for function in module.functions:
+        yield from visit(function.program)
 
 
 def describe(node: Program) -> str:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from gruc.errors import GrucTypeError
-from gruc.ir.graph import Graph
-from gruc.ir.program import Program
+from gruc.ir.graph import Function, Graph
+from gruc.ir.program import Call, Program
 
 
 @dataclass(eq=False)
@@ -29,9 +29,27 @@ class Module:
             if not isinstance(p, Program):
                 raise GrucTypeError(f"program {k} must be a Program, got {type(p).__name__}")
 
+    @property
+    def functions(self) -> list[Function]:
+        """The functions this module runs: those its entry programs call, directly or through one
+        another, in the graph's order (a callee is added before any body that calls it).  A graph
+        may also hold functions this module never calls (another module's, or a body a pass
+        replaced with a new function): they are not compiled, planned or run with it."""
+        called: dict[int, Function] = {}
+        pending = list(self.programs)
+        while pending:
+            for node in pending.pop().walk():
+                if isinstance(node, Call) and id(node.function) not in called:
+                    called[id(node.function)] = node.function
+                    pending.append(node.function.program)
+        in_graph = [f for f in self.graph.functions if id(f) in called]
+        listed = {id(f) for f in in_graph}  # another graph's function (the verifier refuses it)
+        return in_graph + [f for k, f in called.items() if k not in listed]  # goes last
+
     def walk(self) -> Iterator[Program]:
-        """Every program node of the entry programs and of the graph's functions, pre-order."""
+        """Every program node of the entry programs and of the bodies of the functions they call,
+        pre-order (a body once, however many calls run it)."""
         for program in self.programs:
             yield from program.walk()
-        for function in self.graph.functions:
+        for function in self.functions:
             yield from function.program.walk()

@@ -13,7 +13,8 @@ through the consumer's own view of ``T`` (the view operations replayed on each),
 still meets element ``k``.  Legal only if (poplibs' codelet rules, plus moving work later in time):
 
 * ``T`` is written by that step alone and read only by consumers later in the *same* Sequence (each
-  step occurring once), is not host-visible or constant, and no function body touches it;
+  step occurring once) — the entry programs and the bodies of the functions they call are searched
+  alike — and is not host-visible or constant;
 * each consumer reads ``T`` through a view of ``T`` alone, on the tiles of its own output — the
   same mapping, so the work stays on its tiles and the exchange does not change;
 * nothing between producer and consumer writes (or ``WriteUndef`` s) a variable the producer reads;
@@ -29,6 +30,13 @@ instead: ``D`` is replaced everywhere by ``X`` and the vertex becomes a ``MapInP
 liveness analysis: ``V`` is not live after the step, ``V`` and ``D`` occupy memory together at that
 step only, and neither is declared dead while the other holds a value (poplibs' in-place rule).
 Host-visible and constant variables are never merged.
+
+A function body fused (the GRU cell under ``rnnCodeReuse``, the default for long sequences) is
+not edited, since modules that fused nothing may call it too: the graph gets a new function with
+the fused body, and this module's calls run that one.  A body's temporary is fused only when
+nothing outside that body touches it, so every call of the new function computes what the old
+one did.  The in-place half leaves function bodies alone: whether an operand dies there depends
+on every call site.
 
 Rewrites that involve disjoint steps (fusion) or variables (in place) are applied in one batch,
 their analyses being independent; batches repeat until nothing changes.  Options ``fuse`` and
@@ -54,7 +62,7 @@ from gruc.passes.elementwise_steps import (ElementwiseStep, ElementwiseVertex, e
                                            plan_elementwise_vertex, substitute_placeholders)
 from gruc.passes.rebase import Rebase
 from gruc.passes.rewrite import (SubtreeWrites, host_variables, liveness_of, pass_output,
-                                 rebuild_programs, replacing, require_valid, shaped,
+                                 rebuild_with_called_functions, replacing, require_valid, shaped,
                                  variables_touched, walk_functions, walk_programs, whole_variable)
 
 __all__ = ["InplaceFusion"]
@@ -74,7 +82,6 @@ class _Uses:
             for v in effect.writes | effect.kills:
                 self.writers[v].append(node)
         self.host = host_variables(module.graph)
-        self.in_functions = variables_touched(self.effects, walk_functions(module))
         self.subtree_writes = SubtreeWrites(self.effects)
 
 
@@ -129,7 +136,6 @@ def _fusion_at(graph: Graph, uses: _Uses, items: list[Program], at: int) -> _Fus
         return None
     temp = whole_variable(producer.dest)
     if temp is None or temp.is_constant or temp.index in uses.host or \
-            temp.index in uses.in_functions or \
             [id(n) for n in uses.writers[temp.index]] != [id(producer.node)]:
         return None
     readers = {id(n) for n in uses.readers[temp.index]}
@@ -161,7 +167,7 @@ def _fuse_batch(module: Module) -> Module | None:
     one's analysis holds whatever the others do); None if there is none."""
     uses = _Uses(module)
     replacements: dict[int, Program | None] = {}
-    for node in walk_programs(module):
+    for node in module.walk():
         if not isinstance(node, Sequence) or uses.count[id(node)] != 1:
             continue
         for at in range(len(node.programs)):
@@ -172,7 +178,8 @@ def _fuse_batch(module: Module) -> Module | None:
             for consumer, plan in fusion.consumers:
                 name = consumer.node.compute_set.name
                 replacements[id(consumer.node)] = Execute(plan.add_to(module.graph, name))
-    return rebuild_programs(module, replacing(replacements)) if replacements else None
+    return rebuild_with_called_functions(module, replacing(replacements)) if replacements \
+        else None
 
 
 def _holds_result(graph: Graph, liveness: Liveness, kills: dict[int, int], operand: Tensor,

@@ -14,9 +14,11 @@ original results.  Consequences worth knowing:
   the printed module still lists it;
 * frozen program nodes are replaced, never edited, and a ``Sequence`` (mutable, and possibly still
   held by the user) is copied rather than changed;
-* a function body is graph state that every module over the graph may call, so passes whose rewrite
-  depends on how *this* module uses a value (fusion, dce, copy-elim) leave function bodies alone;
-  only a rewrite that is right for every caller (``exchange``) replaces a body;
+* a function body is graph state that every module over the graph may call, so a rewrite that
+  depends on how *this* module uses a value never edits one: ``dce`` and ``copy-elim`` leave
+  bodies alone, and fusion gives the graph a new function that this module calls instead
+  (:func:`rebuild_with_called_functions`); only a rewrite that is right for every caller
+  (``exchange``) replaces a body;
 * a pass verifies the module it is given unless another pass made it (valid in, valid out), so a
   pipeline verifies its input once, and invalid input fails naming the first pass.
 
@@ -35,7 +37,7 @@ import weakref
 from typing import Callable, Iterable, Iterator
 
 from gruc.ir.effects import EffectTable
-from gruc.ir.graph import Graph
+from gruc.ir.graph import Function, Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor, Variable
@@ -133,6 +135,37 @@ def rebuild_programs(module: Module, rewrite: Rewrite) -> Module:
     return Module(module.graph, [Sequence() if p is None else p for p in programs])
 
 
+def rebuild_with_called_functions(module: Module, rewrite: Rewrite) -> Module:
+    """:func:`rebuild_programs`, the bodies of the functions the module calls rebuilt too.  A body
+    that changes is not edited (other modules over the graph may call it): the graph gets a new
+    function with the new body, and this module's calls — in its programs and in the bodies of
+    the functions it calls — call that one instead."""
+    replaced: dict[int, Function] = {}
+    visited: set[int] = set()
+
+    def retarget(node: Program) -> Program | None:
+        node = rewrite(node)
+        if isinstance(node, Call) and id(node.function) in replaced:
+            return Call(replaced[id(node.function)])
+        return node
+
+    def rebuild_function(function: Function) -> None:  # callees first: their new functions known
+        if id(function) in visited:
+            return
+        visited.add(id(function))  # before its body: a recursive call ends here
+        for node in function.program.walk():
+            if isinstance(node, Call):
+                rebuild_function(node.function)
+        body = rebuild(function.program, retarget)
+        if body is not function.program:
+            replaced[id(function)] = module.graph.add_function(
+                Sequence() if body is None else body, function.name)
+
+    for function in module.functions:
+        rebuild_function(function)
+    return rebuild_programs(module, retarget)
+
+
 def walk_programs(module: Module) -> Iterator[Program]:
     """Every node of the entry programs (not the function bodies), pre-order, with repeats."""
     for program in module.programs:
@@ -140,8 +173,8 @@ def walk_programs(module: Module) -> Iterator[Program]:
 
 
 def walk_functions(module: Module) -> Iterator[Program]:
-    """Every node of the graph's function bodies, pre-order."""
-    for function in module.graph.functions:
+    """Every node of the bodies of the functions the module calls, pre-order."""
+    for function in module.functions:
         yield from function.program.walk()
 
 

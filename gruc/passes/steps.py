@@ -8,9 +8,9 @@ any one analysis over it.
 
 Steps are ``Execute``, ``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``, and the predicate read
 of ``If`` / ``RepeatWhileTrue`` (numbered before the branches / before the body, after the loop
-condition).  The entry programs are numbered first, in order, then every function of the graph
-(in ``graph.functions`` order, then any function a ``Call`` names that the graph does not list),
-each exactly once however many ``Call`` sites name it.  A program object used at several places of
+condition).  The entry programs are numbered first, in order, then every function they call
+(:attr:`~gruc.ir.module.Module.functions`: a function of the graph no program calls is not part of
+the module), each exactly once however many ``Call`` sites name it.  A program object used at several places of
 a tree is numbered at each place.  Variable sets are Python ints used as bitsets over
 ``graph.variables`` indices (:func:`mask_of`, :func:`bits_of`).
 """
@@ -165,7 +165,7 @@ class StepTree:
         self.functions: list[Function] = []
         self.function_trees: list = []
         self.callees: list[set[int]] = []
-        for function in module.graph.functions:
+        for function in module.functions:
             self._function(function)
         self.program_trees = [self._node(p, f"program {k}", None)
                               for k, p in enumerate(module.programs)]

@@ -15,7 +15,7 @@ structure alone and give *the same* report as a run of the same program:
   the index of the loop's or branch's predicate step.
 
 Steps are numbered exactly as :mod:`gruc.passes.liveness` numbers them (entry programs first, then
-the graph's functions; a ``RepeatWhileTrue`` predicate after its condition), and the walk checks
+the functions they call; a ``RepeatWhileTrue`` predicate after its condition), and the walk checks
 each leaf against that numbering, so a disagreement fails loudly instead of shifting counts.
 """
 
@@ -77,10 +77,10 @@ class StaticProgram:
     def __init__(self, module: Module, steps: Seq[Step]) -> None:
         self.steps = tuple(steps)
         self._next = 0
-        graph: Graph = module.graph
-        self._function_index = {id(f): k for k, f in enumerate(graph.functions)}
+        functions = module.functions
+        self._function_index = {id(f): k for k, f in enumerate(functions)}
         self.programs = tuple(self._block(p) for p in module.programs)
-        self.functions = tuple(self._block(f.program) for f in graph.functions)
+        self.functions = tuple(self._block(f.program) for f in functions)
         if self._next != len(self.steps):
             raise GrucProgramError(f"internal error: the program tree has {self._next} steps, "
                                    f"the liveness analysis numbered {len(self.steps)}")

@@ -290,7 +290,8 @@ class _Lowering:
         self.next_step = 0
         self.tile_stride = host_tile_stride(plan.max_total_bytes)
         self.leaves: list = [None] * len(self.steps)
-        self.function_index = {id(f): k for k, f in enumerate(self.graph.functions)}
+        self.functions = module.functions
+        self.function_index = {id(f): k for k, f in enumerate(self.functions)}
 
     def operand(self, tensor: Tensor) -> Operand:
         return Operand(tensor.dtype, None, tensor.shape, tensor,
@@ -361,7 +362,7 @@ class _Lowering:
         """The executable: entry programs, then function bodies (the order liveness numbers steps
         in), with host streams, the allocated constants and each step's reads and writes."""
         programs = tuple(self.block(p) for p in self.module.programs)
-        functions = tuple(self.block(f.program) for f in self.graph.functions)
+        functions = tuple(self.block(f.program) for f in self.functions)
         if self.next_step != len(self.steps):
             raise GrucProgramError("internal error: lowering and liveness disagree on the steps")
         graph = self.graph

@@ -194,7 +194,7 @@ def test_rnn_over_1000_steps_gives_numpys_answer(shards, reverse, lengths_kind, 
     assert all(isinstance(n, Repeat) == (lengths_kind == "fixed") for n in loops)
     calls = [n for n in engine.module.walk() if isinstance(n, Call)]
     assert len(calls) == (shards if code_reuse else 0)
-    assert len(engine.module.graph.functions) == int(code_reuse)
+    assert len(engine.module.functions) == int(code_reuse)
 
 
 @pytest.mark.parametrize("shards, reverse, lengths_kind, code_reuse", [

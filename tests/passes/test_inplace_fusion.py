@@ -186,20 +186,87 @@ def test_the_callers_compute_sets_are_left_as_built():
         assert [dict(v.fields) for v in cs.vertices] == fields
 
 
-def test_function_bodies_are_not_fused():
+def calls_of(module: Module) -> list[Call]:
+    return [node for node in module.programs[0].walk() if isinstance(node, Call)]
+
+
+@pytest.mark.parametrize("read_outside", [False, True])
+def test_a_function_body_is_fused_into_a_new_function_the_old_one_kept(read_outside):
+    """The temporary ``t`` of a body called twice fuses into ``y``: the module calls a new function
+    with the fused body, and the function as built still runs for the caller's program.  Read
+    outside the body too (by a step after the calls), ``t`` is not the body's to fuse away."""
     g = Graph(T4)
     x = g.add_variable(FLOAT, SHAPE, "x")
     g.map_tensor_linearly(x)
     body = Sequence()
     t = map(g, _1 * Const(2.0), [x], body, "t")
-    y = map(g, tanh(_1), [t], body, "y")
+    y = map(g, tanh(_1) + _2, [t, x], body, "y")
+    map_in_place(g, _1 * Const(0.5), [x], body)  # the second call sees another x
     function = g.add_function(body, "f")
+    prog = Sequence(Call(function), Call(function))
+    outputs = ["y"]
+    if read_outside:
+        outputs.append("u")
+        g.create_host_read("u", map(g, _1 + Const(1.0), [t], prog, "u"))
     g.create_host_write("x", x)
     g.create_host_read("y", y)
-    module = run_pipeline(Module(g, [Sequence(Call(function))]), "inplace-fusion",
-                          verify_each=True).module
-    assert function.program is body and len(body) == 2
-    assert [type(n).__name__ for n in module.programs[0].walk()] == ["Sequence", "Call"]
+    module = run_pipeline(Module(g, [prog]), "inplace-fusion", verify_each=True).module
+    assert function.program is body and len(body) == 3
+    called = {id(call.function): call.function for call in calls_of(module)}
+    assert len(calls_of(module)) == 2 and len(called) == 1
+    (fused,) = called.values()
+    assert (fused is function) == read_outside
+    assert len(fused.program) == (3 if read_outside else 2)
+    data = {"x": np.random.default_rng(3).uniform(-1, 1, SHAPE)}
+    expected = results(g, [prog], data, outputs)
+    got = results(g, module.programs, data, outputs)
+    for name in outputs:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_a_fused_callee_gives_its_callers_new_functions_too():
+    """``outer`` calls ``inner``, whose body fuses: ``outer`` gets a new body calling the new
+    ``inner`` (callees are rebuilt first), and the module calls the new ``outer``."""
+    g = Graph(T4)
+    x = g.add_variable(FLOAT, SHAPE, "x")
+    g.map_tensor_linearly(x)
+    inner_body = Sequence()
+    t = map(g, sigmoid(_1), [x], inner_body, "t")
+    y = map(g, _1 * _2, [t, x], inner_body, "y")
+    inner = g.add_function(inner_body, "inner")
+    outer = g.add_function(Sequence(Call(inner), Repeat(2, Sequence(Call(inner)))), "outer")
+    prog = Sequence(Call(outer))
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    module = run_pipeline(Module(g, [prog]), "inplace-fusion", verify_each=True).module
+    (new_outer,) = {call.function for call in calls_of(module)}
+    inner_calls = [n for n in new_outer.program.walk() if isinstance(n, Call)]
+    assert new_outer is not outer and len(inner_calls) == 2
+    assert {id(call.function) for call in inner_calls} != {id(inner)}
+    assert len(inner_calls[0].function.program) == 1 and len(inner_body) == 2
+    data = {"x": np.random.default_rng(4).uniform(-1, 1, SHAPE)}
+    np.testing.assert_array_equal(results(g, module.programs, data, ["y"])["y"],
+                                  results(g, [prog], data, ["y"])["y"])
+
+
+def test_a_gru_cell_reused_as_a_function_is_fused_with_identical_results():
+    """rnnCodeReuse puts the cell in a function (the default past 15 shards): fusion reaches it."""
+    config = GruLayerConfig(sequence_size=6, input_size=16, output_size=8, batch_size=2,
+                            tiles_per_ipu=20, shards=3, code_reuse=True, backend="numpy")
+    layer = build_layer(config)
+    before = Module(layer.graph, layer.programs)
+    after = run_pipeline(before, "canonicalize,inplace-fusion", verify_each=True).module
+    cells = [{id(c.function): c.function for c in calls_of(m)} for m in (before, after)]
+    assert [len(c) for c in cells] == [1, 1]
+    (cell_before,), (cell_after,) = (list(c.values()) for c in cells)
+    assert len(cell_after.program) < len(cell_before.program)
+    data, _ = host_data(config)
+    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
+              "output_weights": data.output_weights, "biases": data.biases}
+    plain = results(layer.graph, before.programs, values, list(layer.reads))
+    fused = results(layer.graph, after.programs, values, list(layer.reads))
+    for name in layer.reads:
+        np.testing.assert_array_equal(fused[name], plain[name])
 
 
 def test_options_and_unknown_options():
