@@ -197,3 +197,25 @@ def test_a_reader_that_leaves_early_does_not_stop_the_work(tmp_path):
     assert len(result.stdout.splitlines()) == 1 and "Traceback" not in result.stderr
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "metrics-batch_size.png", "tile-heatmap.png"]
+
+
+@pytest.mark.parametrize("flags, field, value", [
+    (["--code-reuse", "1", "--shards", "2"], "code_reuse", True),
+    (["--with-attention", "1"], "with_attention", True),
+    (["--ignore-input-gradient", "1"], "ignore_input_gradient", True),
+    (["--with-real-time-steps", "1"], "with_real_time_steps", True),
+    (["--output-all-sequence", "0"], "output_all_sequence", False),
+])
+def test_each_layer_switch_reaches_the_layer_and_its_training_step_checks(flags, field, value,
+                                                                          capsys):
+    """The switches users pass on the command line become the layer's settings, and the layer
+    they describe trains (forward, backward, weight update) to the float64 answer."""
+    from gruc.cli import build_parser
+    from gruc.cli.gru import config_from
+
+    argv = ["gru", *SMALL, "--phase", "all", *flags]
+    assert getattr(config_from(build_parser(argv).parse_args(argv)), field) == value
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "PASSED" in out
+    assert ("AUGRU" in out.splitlines()[0]) == (field == "with_attention")

@@ -122,3 +122,23 @@ def test_rows_too_big_for_the_host_are_counted_apart_from_refused_ones(tmp_path,
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert rows[1]["error"] == ("MemoryError: the host ran out of memory planning it (an "
                                 "allocation failed)")
+
+
+def test_a_sweep_on_a_dask_scheduler_writes_the_rows_a_serial_one_does(tmp_path, capsys):
+    """``--scheduler ADDRESS`` runs the rows as tasks of a running Dask cluster (an in-process
+    one here); the table is the serial sweep's, timings aside."""
+    import distributed  # the test extra installs it: this test runs in CI
+
+    def planned(rows_csv):
+        return [{k: v for k, v in row.items() if not k.endswith("_seconds")}
+                for row in csv.DictReader(rows_csv.open())]
+
+    grid = [*SMALL, "--batch-size", "1,2", "--shards", "1,2"]
+    assert main(["plan", *grid, "--out", str(tmp_path / "serial")]) == 0
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        argv = ["plan", *grid, "--scheduler", cluster.scheduler_address,
+                "--out", str(tmp_path / "dask")]
+        assert main(argv) == 0
+    assert "4 planned now, 0 already" in capsys.readouterr().out
+    assert planned(tmp_path / "dask" / "rows.csv") == planned(tmp_path / "serial" / "rows.csv")
