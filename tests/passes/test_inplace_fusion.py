@@ -135,6 +135,17 @@ def loop_body_steps(module: Module) -> int:
     return sum(isinstance(node, (Execute, Copy)) for node in loop.body.walk())
 
 
+def assert_layer_runs_alike(config, layer, before: Module, after: Module) -> None:
+    """The layer's results, bit for bit, from the module before the pass and after it."""
+    data, _ = host_data(config)
+    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
+              "output_weights": data.output_weights, "biases": data.biases}
+    plain = results(layer.graph, before.programs, values, list(layer.reads))
+    fused = results(layer.graph, after.programs, values, list(layer.reads))
+    for name in layer.reads:
+        np.testing.assert_array_equal(fused[name], plain[name])
+
+
 def test_gru_forward_fuses_and_updates_in_place_with_identical_results():
     config = GruLayerConfig(sequence_size=2, input_size=40, output_size=38, batch_size=4,
                             tiles_per_ipu=16, save_intermediates=True, backend="numpy")
@@ -148,13 +159,7 @@ def test_gru_forward_fuses_and_updates_in_place_with_identical_results():
     used = analyse_liveness(after).used
     assert not any(v.name.endswith("_tmp") for v in layer.graph.variables if v.index in used)
     assert plan_memory(after).block_size.sum() < plan_memory(before).block_size.sum()
-    data, _ = host_data(config)
-    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
-              "output_weights": data.output_weights, "biases": data.biases}
-    plain = results(layer.graph, before.programs, values, list(layer.reads))
-    fused = results(layer.graph, after.programs, values, list(layer.reads))
-    for name in layer.reads:
-        np.testing.assert_array_equal(fused[name], plain[name])
+    assert_layer_runs_alike(config, layer, before, after)
 
 
 def test_an_elementwise_chain_needs_fewer_supersteps_and_less_peak_memory():
@@ -260,13 +265,7 @@ def test_a_gru_cell_reused_as_a_function_is_fused_with_identical_results():
     assert [len(c) for c in cells] == [1, 1]
     (cell_before,), (cell_after,) = (list(c.values()) for c in cells)
     assert len(cell_after.program) < len(cell_before.program)
-    data, _ = host_data(config)
-    values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,
-              "output_weights": data.output_weights, "biases": data.biases}
-    plain = results(layer.graph, before.programs, values, list(layer.reads))
-    fused = results(layer.graph, after.programs, values, list(layer.reads))
-    for name in layer.reads:
-        np.testing.assert_array_equal(fused[name], plain[name])
+    assert_layer_runs_alike(config, layer, before, after)
 
 
 def test_options_and_unknown_options():
