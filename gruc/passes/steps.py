@@ -10,9 +10,9 @@ Steps are ``Execute``, ``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``, and 
 of ``If`` / ``RepeatWhileTrue`` (numbered before the branches / before the body, after the loop
 condition).  The entry programs are numbered first, in order, then every function they call
 (:attr:`~gruc.ir.module.Module.functions`: a function of the graph no program calls is not part of
-the module), each exactly once however many ``Call`` sites name it.  A program object used at several places of
-a tree is numbered at each place.  Variable sets are Python ints used as bitsets over
-``graph.variables`` indices (:func:`mask_of`, :func:`bits_of`).
+the module), each exactly once however many ``Call`` sites name it.  A program object used at
+several places of a tree is numbered at each place.  Variable sets are Python ints used as bitsets
+over ``graph.variables`` indices (:func:`mask_of`, :func:`bits_of`).
 """
 
 from __future__ import annotations

@@ -307,6 +307,7 @@ class _Tree:
         self.engine = engine
         self.steps = engine.plan.liveness.steps
         self.counts = engine.report.step_counts.tolist()
+        self.functions = engine.module.functions  # as lowered: CallFunction numbers index it
 
     def leaf(self, step: int) -> str:
         cost = self.engine.costs[step]
@@ -335,7 +336,7 @@ class _Tree:
             return (self.group("if", self.leaf(item.step) + self.group("then", self.item(item.then))
                                + self.group("else", self.item(item.otherwise))))
         if isinstance(item, CallFunction):
-            name = self.engine.module.functions[item.function].name
+            name = self.functions[item.function].name
             return f"<li>call function {html.escape(name)}</li>"
         raise GrucValueError(f"the program tree cannot show {type(item).__name__}")
 
@@ -343,7 +344,7 @@ class _Tree:
         executable = self.engine.executable
         parts = [self.group(f"program {k}", self.item(block))
                  for k, block in enumerate(executable.programs)]
-        for function, block in zip(self.engine.module.functions, executable.functions):
+        for function, block in zip(self.functions, executable.functions):
             parts.append(self.group(f"function {function.name}", self.item(block)))
         return f'<ul class="tree" id="program-tree">{"".join(parts)}</ul>'
 

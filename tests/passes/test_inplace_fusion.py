@@ -222,6 +222,7 @@ def test_a_function_body_is_fused_into_a_new_function_the_old_one_kept(read_outs
     (fused,) = called.values()
     assert (fused is function) == read_outside
     assert len(fused.program) == (3 if read_outside else 2)
+    assert module.functions == [fused]  # the body as built is no longer this module's
     data = {"x": np.random.default_rng(3).uniform(-1, 1, SHAPE)}
     expected = results(g, [prog], data, outputs)
     got = results(g, module.programs, data, outputs)
