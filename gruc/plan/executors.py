@@ -162,8 +162,12 @@ class DaskExecutor:
 
 def make_executor(jobs: int | None = None, scheduler: Any = None):
     """The executor for ``--jobs`` / ``--scheduler``: Dask if a scheduler is given, serial for one
-    job, else a process pool of ``jobs`` (default: the CPU count) workers."""
+    job, else a process pool of ``jobs`` (default: the CPU count) workers.  Both at once is
+    refused: a Dask cluster's workers are its own, so a local count would be silently ignored."""
     if scheduler is not None:
+        if jobs is not None:
+            raise GrucValueError(f"jobs={jobs!r} and a scheduler ({scheduler!r}) cannot both be "
+                                 "given: the Dask cluster's workers run the tasks; drop one")
         return DaskExecutor(scheduler)
     jobs = _checked_jobs((os.cpu_count() or 1) if jobs is None else jobs)
     return SerialExecutor() if jobs == 1 else ProcessExecutor(jobs)

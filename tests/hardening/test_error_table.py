@@ -396,6 +396,8 @@ BAD_INPUTS = [
     ("sweep-range-words", lambda: parse_values("a:b", int, flag="--batch-size"), GrucValueError,
      "'a:b'"),
     ("jobs-zero", lambda: make_executor(0), GrucValueError, "0"),
+    ("jobs-beside-scheduler", lambda: make_executor(4, "tcp://127.0.0.1:8786"), GrucValueError,
+     "jobs=4"),
     ("find-max-flag", lambda: find_max(SweepSpec(), "bogus", "unused"), GrucValueError,
      "'bogus'"),
     ("sweep-both", lambda: SweepSpec(fixed={"batch_size": 1}, swept={"batch_size": (1, 2)}),

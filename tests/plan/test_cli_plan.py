@@ -142,3 +142,14 @@ def test_a_sweep_on_a_dask_scheduler_writes_the_rows_a_serial_one_does(tmp_path,
         assert main(argv) == 0
     assert "4 planned now, 0 already" in capsys.readouterr().out
     assert planned(tmp_path / "dask" / "rows.csv") == planned(tmp_path / "serial" / "rows.csv")
+
+
+def test_jobs_beside_a_scheduler_is_refused_before_anything_runs(tmp_path, capsys):
+    """The Dask cluster's workers run a sweep given ``--scheduler``; a local ``--jobs`` beside it
+    would be silently ignored, so the command refuses it, naming both, and writes nothing."""
+    argv = ["plan", *SMALL, "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "jobs=2" in err and "tcp://127.0.0.1:1" in err
+    assert not (tmp_path / "out").exists()
