@@ -292,12 +292,22 @@ class _Lowering:
         self.leaves: list = [None] * len(self.steps)
         self.functions = module.functions
         self.function_index = {id(f): k for k, f in enumerate(self.functions)}
+        self._field_operands: dict[int, tuple[Tensor, Operand]] = {}
 
     def operand(self, tensor: Tensor) -> Operand:
         return Operand(tensor.dtype, None, tensor.shape, tensor,
                        partial(self.plan.element_indices, tensor, self.tile_stride),
                        partial(self.plan.index_runs, tensor, self.tile_stride),
                        partial(self.plan.row_index_runs, tensor, self.tile_stride))
+
+    def field_operand(self, tensor: Tensor) -> Operand:
+        """The operand of a vertex field, one per tensor object: fields that share a tensor share
+        its indices, resolved once (a time loop's 1,024 slice vertices a step read one offset).
+        Host streams keep operands of their own, resolved only when the host uses them."""
+        known = self._field_operands.get(id(tensor))
+        if known is None:  # the tensor is kept with its operand, so its id is not reused
+            known = self._field_operands[id(tensor)] = (tensor, self.operand(tensor))
+        return known[1]
 
     def take_step(self, node: Program) -> int:
         step = self.next_step
@@ -316,8 +326,8 @@ class _Lowering:
     def vertex(self, vertex: Vertex) -> LoweredVertex:
         fields = {}
         for name, value in vertex.fields.items():
-            fields[name] = (tuple(self.operand(t) for t in value) if isinstance(value, tuple)
-                            else self.operand(value))
+            fields[name] = (tuple(self.field_operand(t) for t in value)
+                            if isinstance(value, tuple) else self.field_operand(value))
         return LoweredVertex(vertex, fields)
 
     def block(self, node: Program) -> Block:
