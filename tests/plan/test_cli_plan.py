@@ -137,7 +137,9 @@ def test_a_sweep_on_a_dask_scheduler_writes_the_rows_a_serial_one_does(tmp_path,
     assert main(["plan", *grid, "--out", str(tmp_path / "serial")]) == 0
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster:
-        argv = ["plan", *grid, "--scheduler", cluster.scheduler_address,
+        assert SMALL[-2:] == ["--jobs", "1"]  # the cluster's workers run it: no --jobs
+        argv = ["plan", *SMALL[:-2], "--batch-size", "1,2", "--shards", "1,2",
+                "--scheduler", cluster.scheduler_address,
                 "--out", str(tmp_path / "dask")]
         assert main(argv) == 0
     assert "4 planned now, 0 already" in capsys.readouterr().out
