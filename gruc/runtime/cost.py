@@ -74,7 +74,14 @@ def elementwise_cycles(elements: np.ndarray, vector_width: int, per_vector: int)
 
 @dataclass(frozen=True, eq=False)
 class StepCost:
-    """The static cost of one execution of a step."""
+    """The static cost of one execution of a step.
+
+    Per tile, the superstep's cycles split three ways, as a profile's tile view shows them: the
+    tile's own compute, its own exchange (its larger direction at the step's rate), and the rest
+    as sync — the sync itself plus waiting for the busiest tile's compute and exchange, since
+    every tile leaves a superstep together.  So each tile's three add up to ``total_cycles``, and
+    a tile with nothing to do spends the whole step in sync: the per-tile sync is the load
+    imbalance."""
 
     compute_by_tile: np.ndarray
     """Cycles each tile computes (int64, one per tile)."""
@@ -82,6 +89,8 @@ class StepCost:
     """Exchange bytes each tile receives."""
     bytes_out_by_tile: np.ndarray
     """Exchange bytes each tile sends."""
+    exchange_by_tile: np.ndarray
+    """Cycles each tile exchanges (int64): the larger of its bytes in and out, at the step's rate."""
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int
@@ -89,6 +98,11 @@ class StepCost:
     @property
     def total_cycles(self) -> int:
         return self.compute_cycles + self.exchange_cycles + self.sync_cycles
+
+    @property
+    def sync_by_tile(self) -> np.ndarray:
+        """Cycles each tile spends in the sync or waiting for the busiest tile (int64)."""
+        return self.total_cycles - self.compute_by_tile - self.exchange_by_tile
 
     @property
     def exchange_bytes(self) -> int:
@@ -332,11 +346,11 @@ class _StepCoster:
         # Sync, and the predicate read of If / RepeatWhileTrue: a sync, nothing computed or moved
         rate = (self.target.inter_ipu_exchange_bytes_per_cycle if any(crossing)
                 else self.target.exchange_bytes_per_cycle)
-        exchange = int(np.ceil(max(int(bytes_in.max(initial=0)), int(bytes_out.max(initial=0)))
-                               / rate))
+        exchange = np.ceil(np.maximum(bytes_in, bytes_out) / rate).astype(np.int64)
         if any(crossing):
             sync = max(sync, self.target.inter_ipu_sync_cycles)
-        return StepCost(compute, bytes_in, bytes_out, int(compute.max(initial=0)), exchange, sync)
+        return StepCost(compute, bytes_in, bytes_out, exchange, int(compute.max(initial=0)),
+                        int(exchange.max(initial=0)), sync)
 
 
 def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -6,7 +6,8 @@ is a *plan-only* report: memory is complete, cycles are those of the runs so far
 :mod:`gruc.plan` builds reports whose counts are derived from the program tree instead, equal to
 those of a run.  The JSON
 form uses the names PopVision users know: always-live and not-always-live bytes by tile, total
-memory including gaps, and cycles split into compute, exchange and sync.
+memory including gaps, and cycles split into compute, exchange and sync, in all and by tile (a
+tile's sync includes waiting for the busiest tile, so its three add up to the total).
 """
 
 from __future__ import annotations
@@ -206,7 +207,21 @@ class Report:
 
     @property
     def compute_cycles_by_tile(self) -> np.ndarray:
+        """Per tile: cycles computing over all executed steps."""
         return self._weighted("compute_by_tile")
+
+    @property
+    def exchange_cycles_by_tile(self) -> np.ndarray:
+        """Per tile: cycles exchanging over all executed steps (its own traffic, not the step's
+        busiest tile's)."""
+        return self._weighted("exchange_by_tile")
+
+    @property
+    def sync_cycles_by_tile(self) -> np.ndarray:
+        """Per tile: cycles in syncs or waiting for busier tiles over all executed steps (see
+        :class:`~gruc.runtime.cost.StepCost`); each tile's compute, exchange and sync add up to
+        the total cycles."""
+        return self._weighted("sync_by_tile")
 
     @property
     def seconds(self) -> float:
@@ -240,6 +255,8 @@ class Report:
             "cycles": {"compute": cycles.compute, "exchange": cycles.exchange,
                        "sync": cycles.sync, "total": cycles.total,
                        "compute_by_tile": self.compute_cycles_by_tile.tolist(),
+                       "exchange_by_tile": self.exchange_cycles_by_tile.tolist(),
+                       "sync_by_tile": self.sync_cycles_by_tile.tolist(),
                        "seconds": self.seconds},
             "steps": [{"index": s.index, "where": s.where, "what": s.text,
                        "executions": int(n), "compute_cycles": c.compute_cycles,
@@ -278,11 +295,22 @@ class Report:
             f"({self.seconds * 1e6:.1f} us at {self.target.clock_hz / 1e9:.2f} GHz)"
             if self.step_counts.any() else
             "cycles            none counted: no step has run (a compiled, unrun program)",
-            f"compile           {self.compile_seconds:.3f} s",
         ]
+        if self.step_counts.any():
+            lines.append(self._busiest_tile_line())
+        lines.append(f"compile           {self.compile_seconds:.3f} s")
         for overflow in self.tiles_over_capacity[:3]:
             lines.append(f"  over capacity: {overflow}")
         return lines
+
+    def _busiest_tile_line(self) -> str:
+        """The tile that computes and exchanges the most, and how long it waits: the share of
+        the run every other tile waits at least as long."""
+        compute, exchange = self.compute_cycles_by_tile, self.exchange_cycles_by_tile
+        tile = int(np.argmax(compute + exchange))
+        sync = int(self.sync_cycles_by_tile[tile])
+        return (f"busiest tile      {tile}: {int(compute[tile])} compute + {int(exchange[tile])} "
+                f"exchange + {sync} sync ({100.0 * sync / max(self.cycles.total, 1):.1f}% waiting)")
 
     def print_summary(self, file: TextIO | None = None) -> None:
         print("\n".join(self.summary_lines()), file=file or sys.stdout)

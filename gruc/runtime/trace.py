@@ -111,21 +111,28 @@ class _TraceBuilder:
             for group in range(self.groups_per_ipu):
                 self.event(name, start, cycles, ipu, group + 1, "loop")
 
+    def busiest_in_groups(self, per_tile: np.ndarray) -> np.ndarray:
+        """``[ipu, group]``: the largest of ``per_tile`` in each tile track's group."""
+        busiest = np.zeros((self.target.num_ipus, self.groups_per_ipu), dtype=np.int64)
+        np.maximum.at(busiest, (self.ipu_of_tile, self.track_of_tile), per_tile)
+        return busiest
+
     def superstep(self, step: int, start: int) -> None:
         """One step on the control track and on every tile track, with its phases inside: exchange,
-        then compute, then sync.  A track's compute is that of the busiest tile in its group."""
+        then compute, then sync.  A track's exchange and compute are those of the busiest tile in
+        its group (the compute phase starts when the step's busiest exchange ends)."""
         cost = self.costs[step]
         name = self.step_names[step]
         end = start + cost.total_cycles
         self.control(name, start, cost.total_cycles, "step")
-        compute = np.zeros((self.target.num_ipus, self.groups_per_ipu), dtype=np.int64)
-        np.maximum.at(compute, (self.ipu_of_tile, self.track_of_tile), cost.compute_by_tile)
+        exchange, compute = (self.busiest_in_groups(per_tile)
+                             for per_tile in (cost.exchange_by_tile, cost.compute_by_tile))
         for ipu in range(self.target.num_ipus):
             for group in range(self.groups_per_ipu):
                 tid = group + 1
                 self.event(name, start, cost.total_cycles, ipu, tid, "step",
                            {"step": step})
-                self.event("exchange", start, cost.exchange_cycles, ipu, tid, "exchange")
+                self.event("exchange", start, int(exchange[ipu, group]), ipu, tid, "exchange")
                 self.event("compute", start + cost.exchange_cycles, int(compute[ipu, group]),
                            ipu, tid, "compute")
                 self.event("sync", end - cost.sync_cycles, cost.sync_cycles, ipu, tid, "sync")

@@ -132,3 +132,65 @@ def test_costing_a_longer_sequence_gathers_no_more_tiles(monkeypatch):
         cost.step_costs(compiled.module.graph, compiled.plan.liveness.steps)
         largest[steps] = max(gathered, default=0)
     assert largest[60] == largest[20], largest
+
+
+def test_each_tile_splits_a_superstep_into_its_compute_its_exchange_and_the_wait():
+    """Per tile, by hand: a copy of 40 bytes from tile 0 to tile 1 (an exchange of 40 bytes out
+    of one and into the other), then a map on tile 2 alone.  A tile's exchange is its own
+    traffic at the target's rate, its compute its own, and its sync the rest of the step: the
+    sync itself plus the wait for the busiest tile, so every tile's three add up to the total."""
+    from gruc import Engine
+    from gruc.ir.expr import _1, exp
+    from gruc.ops import map_in_place
+
+    target = Target.custom(tiles_per_ipu=4, exchange_bytes_per_cycle=4, sync_cycles=100)
+    graph = Graph(target)
+    source = graph.add_variable(FLOAT, (10,), "source")
+    graph.set_tile_mapping(source, 0)
+    dest = graph.add_variable(FLOAT, (10,), "dest")
+    graph.set_tile_mapping(dest, 1)
+    work = graph.add_variable(FLOAT, (64,), "work")
+    graph.set_tile_mapping(work, 2)
+    prog = Sequence(Copy(source, dest))
+    map_in_place(graph, exp(_1), [work], prog)
+    for name, tensor in {"source": source, "work": work}.items():
+        graph.create_host_write(name, tensor)
+    graph.create_host_read("dest", dest)
+    engine = Engine(graph, prog, pipeline="")
+    engine.write_tensor("source", np.ones(10, np.float32))
+    engine.write_tensor("work", np.zeros(64, np.float32))
+    engine.run()
+    report = engine.report
+    copy, mapped = [c for c, n in zip(report.costs, report.step_counts) if n]
+    assert copy.exchange_by_tile.tolist() == [10, 10, 0, 0]       # 40 bytes at 4 a cycle
+    assert copy.compute_by_tile.tolist() == [0, 0, 0, 0]
+    assert copy.sync_by_tile.tolist() == [100, 100, 110, 110]     # tiles 2 and 3 wait out the copy
+    busy = int(mapped.compute_by_tile[2])
+    assert busy > 0 and mapped.compute_by_tile.tolist() == [0, 0, busy, 0]
+    assert mapped.exchange_by_tile.tolist() == [0, 0, 0, 0]
+    assert mapped.sync_by_tile.tolist() == [100 + busy, 100 + busy, 100, 100 + busy]
+    compute = report.compute_cycles_by_tile
+    exchange = report.exchange_cycles_by_tile
+    sync = report.sync_cycles_by_tile
+    assert exchange.tolist() == [10, 10, 0, 0]
+    assert (compute + exchange + sync == report.cycles.total).all()
+    cycles = report.to_dict()["cycles"]
+    assert cycles["exchange_by_tile"] == exchange.tolist()
+    assert cycles["sync_by_tile"] == sync.tolist()
+    assert f"busiest tile      2: {busy} compute + 0 exchange + 210 sync" in report.summary_lines()[-2]
+    events = engine.chrome_trace()["traceEvents"]   # a track per tile: tid = tile + 1
+    assert {e["tid"] for e in events if e.get("cat") == "exchange"} == {1, 2}
+
+
+def test_a_gru_layers_tiles_each_add_up_to_the_steps_cycles():
+    """On a sharded training layer (copies, slices and matmuls, exchange on most steps): every
+    step's busiest exchanging tile takes the step's exchange cycles, no tile waits a negative
+    time, and every tile's compute, exchange and sync add up to the step's total."""
+    layer = build_layer(GruLayerConfig(sequence_size=6, batch_size=4, input_size=8, output_size=8,
+                                       phase="all", shards=2, tiles_per_ipu=16))
+    costs = compile_program(layer.graph, layer.programs).costs
+    assert sum(int(c.exchange_cycles > 0) for c in costs) > 5
+    for c in costs:
+        assert int(c.exchange_by_tile.max(initial=0)) == c.exchange_cycles
+        assert (c.sync_by_tile >= c.sync_cycles).all()
+        assert (c.compute_by_tile + c.exchange_by_tile + c.sync_by_tile == c.total_cycles).all()
