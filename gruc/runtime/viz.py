@@ -3,7 +3,7 @@ and a one-line terminal status for long work.
 
 Why static artefacts: PopVision's users rely on four views of a Poplar program — memory per tile
 (by liveness and by category), the tile map, liveness over the program's steps, and the program
-tree with each step's cycles — and its release notes are a list of reports too slow to open.  Here
+tree with each step's cycles; a chart of each tile's compute, exchange and sync cycles joins them — and its release notes are a list of reports too slow to open.  Here
 each view is a plain picture or table in one HTML file: plots are PNGs embedded as base64 (drawn
 with matplotlib's Agg renderer through :class:`matplotlib.figure.Figure`, so no GUI and no global
 pyplot state), the program tree is nested ``<details>`` elements, and there is no script and no
@@ -285,6 +285,33 @@ def cycles_chart(engine: "Engine") -> str:
     return _png(figure)
 
 
+def tile_cycles_chart(engine: "Engine") -> str:
+    """PNG (base64): cycles each tile spent computing, exchanging and in syncs (waiting for
+    busier tiles included) over the runs so far; every tile's three add up to the run's total,
+    so the sync band is the load imbalance."""
+    report = engine.report
+    tiles_per_ipu = engine.module.graph.target.tiles_per_ipu
+    figure = _figure(13, 3.5)
+    ax = figure.add_subplot()
+    tiles = np.arange(engine.module.graph.target.num_tiles)
+    bottom = np.zeros(len(tiles))
+    for kind, per_tile, colour in (("compute", report.compute_cycles_by_tile, "#31a354"),
+                                   ("exchange", report.exchange_cycles_by_tile, "#3182bd"),
+                                   ("sync", report.sync_cycles_by_tile, "#bdbdbd")):
+        top = bottom + per_tile
+        ax.fill_between(tiles, bottom, top, step="mid", color=colour, label=kind, linewidth=0)
+        bottom = top
+    for boundary in range(tiles_per_ipu, len(tiles), tiles_per_ipu):
+        ax.axvline(boundary - 0.5, color="black", linewidth=0.5)
+    ax.set_xlim(-0.5, len(tiles) - 0.5)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("tile")
+    ax.set_ylabel("cycles (all executions)")
+    ax.set_title("Cycles per tile, by kind")
+    ax.legend(loc="upper right", fontsize=8)
+    return _png(figure)
+
+
 # ------------------------------------------------------------------------------------- HTML
 _STYLE = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 1.5em; color: #222; }
@@ -417,6 +444,9 @@ def html_report(engine: "Engine", title: str = "gruc report") -> str:
          f'<img id="liveness-chart" alt="bytes live per step" '
          f'src="data:image/png;base64,{liveness_chart(views)}">'),
         ("program", "Program tree", _Tree(engine).html()),
+        ("tile-cycles", "Cycles per tile",
+         f'<img id="tile-cycles-chart" alt="cycles per tile" '
+         f'src="data:image/png;base64,{tile_cycles_chart(engine)}">'),
         ("steps", "Compute sets and steps (cycles per execution)",
          f'<img id="cycles-chart" alt="cycles per step" '
          f'src="data:image/png;base64,{cycles_chart(engine)}">{_steps_table(engine)}'),

@@ -23,7 +23,8 @@ from cli_helpers import SIZES, SMALL, gruc
 
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
                         tiles_per_ipu=16, backend="numpy")
-IMAGES = ("memory-chart", "tile-heatmap", "liveness-chart", "cycles-chart")
+IMAGES = ("memory-chart", "tile-heatmap", "liveness-chart", "tile-cycles-chart",
+          "cycles-chart")
 
 
 
@@ -37,7 +38,8 @@ def report_html(tmp_path_factory) -> str:
 # ---- the HTML report ------------------------------------------------------------------------
 def test_viz_report_has_every_view_and_is_self_contained(report_html):
     page = open(report_html).read()
-    for anchor in ("summary", "memory", "tile-map", "busiest", "liveness", "program", "steps"):
+    for anchor in ("summary", "memory", "tile-map", "busiest", "liveness", "program",
+                   "tile-cycles", "steps"):
         assert f'<section id="{anchor}">' in page
     for image in IMAGES:
         match = re.search(rf'<img id="{image}" alt="[^"]*" src="data:image/png;base64,([^"]+)"',
