@@ -35,8 +35,10 @@ A function body fused (the GRU cell under ``rnnCodeReuse``, the default for long
 not edited, since modules that fused nothing may call it too: the graph gets a new function with
 the fused body, and this module's calls run that one.  A body's temporary is fused only when
 nothing outside that body touches it, so every call of the new function computes what the old
-one did.  The in-place half leaves function bodies alone: whether an operand dies there depends
-on every call site.
+one did.  The in-place half reaches bodies the same way: liveness records at a body's steps the
+union over every calling context, so an operand dead after a body's step there is dead after it
+at every call site, and the merge renames the two variables in this module's programs and in
+the new bodies alike.
 
 Rewrites that involve disjoint steps (fusion) or variables (in place) are applied in one batch,
 their analyses being independent; batches repeat until nothing changes.  Options ``fuse`` and
@@ -45,6 +47,7 @@ their analyses being independent; batches repeat until nothing changes.  Options
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import ClassVar
@@ -63,7 +66,7 @@ from gruc.passes.elementwise_steps import (ElementwiseStep, ElementwiseVertex, e
 from gruc.passes.rebase import Rebase
 from gruc.passes.rewrite import (SubtreeWrites, host_variables, liveness_of, pass_output,
                                  rebuild_with_called_functions, replacing, require_valid, shaped,
-                                 variables_touched, walk_functions, walk_programs, whole_variable)
+                                 walk_functions, walk_programs, whole_variable)
 
 __all__ = ["InplaceFusion"]
 
@@ -211,7 +214,6 @@ def _in_place_batch(module: Module) -> Module | None:
     involves (each one's liveness facts hold whatever the others do); None if there is none."""
     graph = module.graph
     liveness = liveness_of(module)
-    in_functions = variables_touched(EffectTable(graph), walk_functions(module))
     runs: dict[int, list[int]] = defaultdict(list)  # the steps that execute each compute set
     kills: dict[int, int] = defaultdict(int)
     for step in liveness.steps:
@@ -222,12 +224,12 @@ def _in_place_batch(module: Module) -> Module | None:
     merges: dict[int, Tensor] = {}
     chosen: list[ElementwiseStep] = []
     involved: set[int] = set()
-    for node in walk_programs(module):
+    for node in itertools.chain(walk_programs(module), walk_functions(module)):
         work = elementwise_step(node)
         if work is None or work.in_place or len(runs[id(node.compute_set)]) != 1:
             continue
         dest = whole_variable(work.dest)
-        if dest is None or dest.index in liveness.always_live | in_functions | involved:
+        if dest is None or dest.index in liveness.always_live | involved:
             continue
         home = graph.element_tiles(work.dest)
         for operand in work.operands:
@@ -246,7 +248,7 @@ def _in_place_batch(module: Module) -> Module | None:
     for work in chosen:
         vertex = _in_place_vertex(rebase, work)
         rebase.use(work.node.compute_set, vertex.add_to(graph, work.node.compute_set.name))
-    return rebase.module(module)
+    return rebuild_with_called_functions(module, rebase.node)
 
 
 @dataclass(frozen=True)

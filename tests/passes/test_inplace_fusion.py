@@ -34,8 +34,11 @@ UNARY = [tanh(_1), sigmoid(_1), _1 * Const(0.5), -_1]
 BINARY = [_1 + _2, _1 * _2, _1 - _2 * Const(0.5), maximum(_1, _2)]
 
 
-def random_program(seed: int, dtype) -> tuple[Graph, Sequence, dict[str, np.ndarray], list[str]]:
-    """A random elementwise program over [4, 8] tensors on 4 tiles, its host data and outputs."""
+def random_program(seed: int, dtype, called: bool = False
+                   ) -> tuple[Graph, Sequence, dict[str, np.ndarray], list[str]]:
+    """A random elementwise program over [4, 8] tensors on 4 tiles, its host data and outputs.
+    Its later steps may run twice: in a ``Repeat``, or with ``called`` in a function called
+    twice (the bodies both halves of the pass reach through new functions)."""
     rnd = random.Random(seed)
     g = Graph(T4)
 
@@ -62,7 +65,11 @@ def random_program(seed: int, dtype) -> tuple[Graph, Sequence, dict[str, np.ndar
     for step in range(rnd.randrange(3, 9)):
         if target is prog and rnd.random() < 0.15:
             target = Sequence()
-            prog.add(Repeat(2, target))
+            if called:
+                function = g.add_function(target, "twice")
+                prog.add(Sequence(Call(function), Call(function)))
+            else:
+                prog.add(Repeat(2, target))
         kind = rnd.randrange(6)
         a, b = rnd.choice(pool), rnd.choice(pool + [bias])
         if kind == 0:
@@ -115,9 +122,10 @@ PIPELINES = ["inplace-fusion", "inplace-fusion{fuse=false}", "canonicalize", "dc
 
 
 @settings(max_examples=100)
-@given(seed=st.integers(0, 2**31), half=st.booleans(), pipeline=st.sampled_from(PIPELINES))
-def test_random_programs_give_identical_results(seed, half, pipeline):
-    graph, prog, data, outputs = random_program(seed, HALF if half else FLOAT)
+@given(seed=st.integers(0, 2**31), half=st.booleans(), pipeline=st.sampled_from(PIPELINES),
+       called=st.booleans())
+def test_random_programs_give_identical_results(seed, half, pipeline, called):
+    graph, prog, data, outputs = random_program(seed, HALF if half else FLOAT, called)
     expected = results(graph, [prog], data, outputs)
     rewritten = run_pipeline(Module(graph, [prog]), pipeline, verify_each=True).module
     if pipeline == "exchange":
@@ -256,7 +264,9 @@ def test_a_fused_callee_gives_its_callers_new_functions_too():
 
 
 def test_a_gru_cell_reused_as_a_function_is_fused_with_identical_results():
-    """rnnCodeReuse puts the cell in a function (the default past 15 shards): fusion reaches it."""
+    """rnnCodeReuse puts the cell in a function (the default past 15 shards): fusion reaches it,
+    and so does the in-place half (the gates and the candidate update their operands, as in
+    the inlined cell)."""
     config = GruLayerConfig(sequence_size=6, input_size=16, output_size=8, batch_size=2,
                             tiles_per_ipu=20, shards=3, code_reuse=True, backend="numpy")
     layer = build_layer(config)
@@ -266,6 +276,9 @@ def test_a_gru_cell_reused_as_a_function_is_fused_with_identical_results():
     assert [len(c) for c in cells] == [1, 1]
     (cell_before,), (cell_after,) = (list(c.values()) for c in cells)
     assert len(cell_after.program) < len(cell_before.program)
+    kinds = {node.compute_set.name: node.compute_set.vertices[0].kind.name
+             for node in cell_after.program.walk() if isinstance(node, Execute)}
+    assert kinds["gru/gates"] == kinds["gru/candidate"] == "MapInPlace"
     assert_layer_runs_alike(config, layer, before, after)
 
 
