@@ -191,22 +191,28 @@ def _capacity_line(ax, capacity: int, top: float) -> None:
         ax.plot([], [], color="red", linestyle="--", label=f"capacity {_kib(capacity)} (off scale)")
 
 
+def _stacked_per_tile(ax, bands: list[tuple[str, np.ndarray, str]], tiles_per_ipu: int) -> None:
+    """``(label, value per tile, colour)`` bands stacked over the tiles, IPUs split by lines."""
+    tiles = np.arange(len(bands[0][1]))
+    bottom = np.zeros(len(tiles))
+    for label, per_tile, colour in bands:
+        top = bottom + per_tile
+        ax.fill_between(tiles, bottom, top, step="mid", color=colour, label=label, linewidth=0)
+        bottom = top
+    for boundary in range(tiles_per_ipu, len(tiles), tiles_per_ipu):
+        ax.axvline(boundary - 0.5, color="black", linewidth=0.5)
+    ax.set_xlim(-0.5, len(tiles) - 0.5)
+    ax.set_xlabel("tile")
+
+
 def memory_chart(views: MemoryViews, tiles_per_ipu: int) -> str:
     """PNG (base64): bytes per tile, stacked by category, with the capacity."""
     figure = _figure(13, 4)
     ax = figure.add_subplot()
-    x = np.arange(len(views.total))
-    bottom = np.zeros(len(x))
-    for label, colour in zip(CATEGORIES, COLOURS):
-        top = bottom + views.by_category[label] / 1024
-        ax.fill_between(x, bottom, top, step="mid", color=colour, label=label, linewidth=0)
-        bottom = top
-    for boundary in range(tiles_per_ipu, len(x), tiles_per_ipu):
-        ax.axvline(boundary - 0.5, color="black", linewidth=0.5)
+    _stacked_per_tile(ax, [(label, views.by_category[label] / 1024, colour)
+                           for label, colour in zip(CATEGORIES, COLOURS)], tiles_per_ipu)
     _capacity_line(ax, views.capacity, float(views.total.max(initial=0)))
-    ax.set_xlim(-0.5, len(x) - 0.5)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("tile")
     ax.set_ylabel("KiB")
     ax.set_title("Memory per tile (total including gaps), by category")
     ax.legend(loc="upper right", fontsize=8)
@@ -290,22 +296,13 @@ def tile_cycles_chart(engine: "Engine") -> str:
     busier tiles included) over the runs so far; every tile's three add up to the run's total,
     so the sync band is the load imbalance."""
     report = engine.report
-    tiles_per_ipu = engine.module.graph.target.tiles_per_ipu
     figure = _figure(13, 3.5)
     ax = figure.add_subplot()
-    tiles = np.arange(engine.module.graph.target.num_tiles)
-    bottom = np.zeros(len(tiles))
-    for kind, per_tile, colour in (("compute", report.compute_cycles_by_tile, "#31a354"),
-                                   ("exchange", report.exchange_cycles_by_tile, "#3182bd"),
-                                   ("sync", report.sync_cycles_by_tile, "#bdbdbd")):
-        top = bottom + per_tile
-        ax.fill_between(tiles, bottom, top, step="mid", color=colour, label=kind, linewidth=0)
-        bottom = top
-    for boundary in range(tiles_per_ipu, len(tiles), tiles_per_ipu):
-        ax.axvline(boundary - 0.5, color="black", linewidth=0.5)
-    ax.set_xlim(-0.5, len(tiles) - 0.5)
+    _stacked_per_tile(ax, [("compute", report.compute_cycles_by_tile, "#31a354"),
+                           ("exchange", report.exchange_cycles_by_tile, "#3182bd"),
+                           ("sync", report.sync_cycles_by_tile, "#bdbdbd")],
+                      engine.module.graph.target.tiles_per_ipu)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("tile")
     ax.set_ylabel("cycles (all executions)")
     ax.set_title("Cycles per tile, by kind")
     ax.legend(loc="upper right", fontsize=8)

@@ -145,12 +145,10 @@ def test_each_tile_splits_a_superstep_into_its_compute_its_exchange_and_the_wait
 
     target = Target.custom(tiles_per_ipu=4, exchange_bytes_per_cycle=4, sync_cycles=100)
     graph = Graph(target)
-    source = graph.add_variable(FLOAT, (10,), "source")
-    graph.set_tile_mapping(source, 0)
-    dest = graph.add_variable(FLOAT, (10,), "dest")
-    graph.set_tile_mapping(dest, 1)
-    work = graph.add_variable(FLOAT, (64,), "work")
-    graph.set_tile_mapping(work, 2)
+    source, dest, work = (graph.add_variable(FLOAT, (size,), name)
+                          for name, size in (("source", 10), ("dest", 10), ("work", 64)))
+    for tile, tensor in enumerate((source, dest, work)):
+        graph.set_tile_mapping(tensor, tile)
     prog = Sequence(Copy(source, dest))
     map_in_place(graph, exp(_1), [work], prog)
     for name, tensor in {"source": source, "work": work}.items():
