@@ -17,8 +17,8 @@ original results.  Consequences worth knowing:
 * a function body is graph state that every module over the graph may call, so a rewrite that
   depends on how *this* module uses a value never edits one: ``dce`` and ``copy-elim`` leave
   bodies alone, and ``inplace-fusion`` (both halves) gives the graph a new function that this
-  module calls instead (:func:`rebuild_with_called_functions`); only a rewrite that is right for every caller
-  (``exchange``) replaces a body;
+  module calls instead (:func:`rebuild_with_called_functions`); only a rewrite that is right
+  for every caller (``exchange``) replaces a body;
 * a pass verifies the module it is given unless another pass made it (valid in, valid out), so a
   pipeline verifies its input once, and invalid input fails naming the first pass.
 

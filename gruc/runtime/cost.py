@@ -90,7 +90,7 @@ class StepCost:
     bytes_out_by_tile: np.ndarray
     """Exchange bytes each tile sends."""
     exchange_by_tile: np.ndarray
-    """Cycles each tile exchanges (int64): the larger of its bytes in and out, at the step's rate."""
+    """Cycles each tile exchanges (int64): its larger direction, in or out, at the step's rate."""
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int

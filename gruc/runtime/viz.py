@@ -3,7 +3,8 @@ and a one-line terminal status for long work.
 
 Why static artefacts: PopVision's users rely on four views of a Poplar program — memory per tile
 (by liveness and by category), the tile map, liveness over the program's steps, and the program
-tree with each step's cycles; a chart of each tile's compute, exchange and sync cycles joins them — and its release notes are a list of reports too slow to open.  Here
+tree with each step's cycles (here with each tile's compute, exchange and sync cycles beside
+them) — and its release notes are a list of reports too slow to open.  Here
 each view is a plain picture or table in one HTML file: plots are PNGs embedded as base64 (drawn
 with matplotlib's Agg renderer through :class:`matplotlib.figure.Figure`, so no GUI and no global
 pyplot state), the program tree is nested ``<details>`` elements, and there is no script and no
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 CATEGORIES = ("constants", "host-visible", "carried state", "not-always-live", "gaps")
 """Memory categories of a tile's bar, bottom to top (their bytes add up to the tile's total)."""
 COLOURS = ("#9e9ac8", "#3182bd", "#6baed6", "#fd8d3c", "#d9d9d9")
+CYCLE_COLOURS = ("#31a354", "#3182bd", "#bdbdbd")
+"""Compute, exchange and sync, in the per-step and the per-tile cycle charts."""
 TOP_TILES = 8
 """Tiles listed with their largest tensors, busiest first."""
 LARGEST_PER_TILE = 5
@@ -280,7 +283,7 @@ def cycles_chart(engine: "Engine") -> str:
     ax = figure.add_subplot()
     steps = np.arange(len(counts))
     bottom = np.zeros(len(steps))
-    for (kind, cycles), colour in zip(kinds.items(), ("#31a354", "#3182bd", "#bdbdbd")):
+    for (kind, cycles), colour in zip(kinds.items(), CYCLE_COLOURS):
         height = counts * np.asarray(cycles, dtype=np.int64)
         ax.bar(steps, height, bottom=bottom, color=colour, label=kind, width=0.8)
         bottom = bottom + height
@@ -298,9 +301,9 @@ def tile_cycles_chart(engine: "Engine") -> str:
     report = engine.report
     figure = _figure(13, 3.5)
     ax = figure.add_subplot()
-    _stacked_per_tile(ax, [("compute", report.compute_cycles_by_tile, "#31a354"),
-                           ("exchange", report.exchange_cycles_by_tile, "#3182bd"),
-                           ("sync", report.sync_cycles_by_tile, "#bdbdbd")],
+    per_tile = (report.compute_cycles_by_tile, report.exchange_cycles_by_tile,
+                report.sync_cycles_by_tile)
+    _stacked_per_tile(ax, list(zip(("compute", "exchange", "sync"), per_tile, CYCLE_COLOURS)),
                       engine.module.graph.target.tiles_per_ipu)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("cycles (all executions)")

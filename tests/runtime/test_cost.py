@@ -175,7 +175,8 @@ def test_each_tile_splits_a_superstep_into_its_compute_its_exchange_and_the_wait
     cycles = report.to_dict()["cycles"]
     assert cycles["exchange_by_tile"] == exchange.tolist()
     assert cycles["sync_by_tile"] == sync.tolist()
-    assert f"busiest tile      2: {busy} compute + 0 exchange + 210 sync" in report.summary_lines()[-2]
+    busiest = f"busiest tile      2: {busy} compute + 0 exchange + 210 sync"
+    assert busiest in report.summary_lines()[-2]
     events = engine.chrome_trace()["traceEvents"]   # a track per tile: tid = tile + 1
     assert {e["tid"] for e in events if e.get("cat") == "exchange"} == {1, 2}
 
