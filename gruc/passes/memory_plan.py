@@ -10,7 +10,7 @@ report for per-tile figures).  Addresses come from the plan's runs by the compil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property, lru_cache, partial
 
 import numpy as np
 
@@ -24,6 +24,14 @@ from gruc.passes.row_runs import ColumnRowRuns, RowRuns
 __all__ = ["MemoryPlan", "TileOverflow"]
 
 _NO_IDS = np.zeros(0, np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _int64s(values: tuple[int, ...]) -> np.ndarray:
+    """``values`` as an int64 array, made once per tuple: a lowering fills the addresses of tens
+    of thousands of views of a few shapes, strides and placements.  Shared, so never written
+    (left writeable: a read-only array is another type to numba, another compiled kernel)."""
+    return np.array(values, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -268,10 +276,9 @@ class MemoryPlan:
         by the strided view ``(offset, shape, strides)``, placed as :meth:`_place` says: one
         compiled pass over the runs.  Returns how many runs it wrote (with ``run_places``)."""
         stride = self.capacity if tile_stride is None else int(tile_stride)
-        as_array = (lambda values: np.array(values, dtype=np.int64))
-        bad, runs = fill_addresses(ids, offset, as_array(shape), as_array(strides), self._runs,
-                                   self._segments, stride, unit, out, at, as_array(places),
-                                   run_places)
+        bad, runs = fill_addresses(ids, offset, _int64s(tuple(shape)), _int64s(tuple(strides)),
+                                   self._runs, self._segments, stride, unit, out, at,
+                                   _int64s(tuple(places)), run_places)
         if bad >= 0:
             bad_id = int(ids[bad]) if len(ids) else \
                 offset + int(np.dot(np.unravel_index(bad, shape), strides))
