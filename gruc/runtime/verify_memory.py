@@ -426,10 +426,15 @@ def verify_memory(module: Module, plan: MemoryPlan, executable: Executable, *,
     preparation, for a host stream the first ``write_tensor``; an index nothing reads is never
     computed, nor checked.  Without it, every index is computed and checked now."""
     regions = Regions(plan, module.graph, executable.tile_stride)
+    checked: set[tuple] = set()  # vertices sharing an operand (a step's slices read one offset)
     collecting = gc.isenabled()
     gc.disable()  # tens of thousands of small acyclic tuples: no cycles to find, but with a big
     try:          # graph alive, every collection they trigger walks it (half this check's time)
         for culprit, where, access in _accesses(module, plan, executable, require_local):
+            rule = (id(access.operand), access.variables, access.tile, id(access.pair))
+            if rule in checked:  # the same rule on the same operands: the same answer
+                continue
+            checked.add(rule)
             operands = [o for o in (access.operand, access.pair) if o is not None]
             if not lazy or all(o.resolved for o in operands):
                 if regions.first_bad(access) >= 0:
