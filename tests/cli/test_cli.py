@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from gruc.cli import COMMANDS, main
@@ -147,6 +148,11 @@ def test_gru_compile_only_and_profile(tmp_path, capsys):
     assert report["cycles"]["total"] == ran["cycles"]["total"] > 0
     assert report["exchange"]["total_bytes"] == ran["exchange"]["total_bytes"] > 0
     assert [s["executions"] for s in report["steps"]] == [s["executions"] for s in ran["steps"]]
+    for kind in ("compute_by_tile", "exchange_by_tile", "sync_by_tile"):  # and tile by tile
+        assert report["cycles"][kind] == ran["cycles"][kind]
+    per_tile = np.add(np.add(ran["cycles"]["compute_by_tile"], ran["cycles"]["exchange_by_tile"]),
+                      ran["cycles"]["sync_by_tile"])
+    assert (per_tile == ran["cycles"]["total"]).all()
 
 
 @pytest.mark.parametrize("argv, words", [
