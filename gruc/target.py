@@ -1,17 +1,21 @@
-"""The machine a graph is built for: tiles, bytes per tile, clock and exchange figures.
+"""The machine a graph is built for: tiles, bytes per tile, clock, exchange and memory layout.
 
 A :class:`Target` is a frozen pydantic model so it can be validated once at the boundary, hashed,
-printed into the text IR header and sent to sweep workers.  The presets carry the published
-Colossus figures (see ``docs/poplibs-notes.md`` §3); ``Target.custom`` builds the small virtual
-targets poplibs' own tests use (16 or 20 tiles) without having to restate every figure.
+printed into the text IR header and sent to sweep workers.  Two IPU generations are known, by
+poplibs' device names: ``ipu1`` (Colossus Mk1, GC2: poplibs' ``IpuModel1``) and ``ipu2`` (Mk2,
+GC200: ``IpuModel2``).  :meth:`Target.of` builds either, whole or with fewer tiles per IPU (what
+poplibs' tools do with ``--tiles-per-ipu``): a generation fixes everything a tile is (its memory and
+the layout of that memory, its clock, its exchange), the tile count only how many there are.
+Sources of each figure: ``docs/memory-model.md`` and ``docs/cycle-model.md``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
+from gruc.errors import GrucValueError
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
 
@@ -20,11 +24,27 @@ MAX_IPUS = 64
 MAX_TILES_PER_IPU = 8192
 """The most tiles an IPU may have here (an ipu2 has 1472)."""
 
+DeviceType = Literal["ipu1", "ipu2"]
+DEVICE_TYPES: tuple[str, ...] = ("ipu1", "ipu2")
+
+_GENERATIONS: dict[str, dict[str, Any]] = {
+    # Mk1 (GC2): 1216 tiles of 256 KiB; memory from 0x40000, interleaved from 0x60000.
+    "ipu1": dict(tiles_per_ipu=1216, bytes_per_tile=256 * 1024, clock_hz=1.6e9,
+                 interleaved_memory_start=128 * 1024),
+    # Mk2 (GC200): 1472 tiles of 624 KiB; memory from 0x4C000, interleaved from 0x80000.
+    "ipu2": dict(tiles_per_ipu=1472, bytes_per_tile=624 * 1024, clock_hz=1.33e9,
+                 interleaved_memory_start=208 * 1024),
+}
+"""What each generation's tiles are (sources: ``docs/memory-model.md``)."""
+
 
 class Target(GrucModel):
     """A simulated IPU system: ``num_ipus`` IPUs of ``tiles_per_ipu`` tiles each."""
 
     name: str = Field("custom", description="Preset name, for reports.")
+    device_type: DeviceType = Field(
+        "ipu2", description="IPU generation: ipu1 (Mk1, poplibs' IpuModel1) or ipu2 (Mk2, "
+                            "IpuModel2); sets the tile's figures below in the presets.")
     num_ipus: int = Field(1, ge=1, le=MAX_IPUS, description="Number of IPUs; tiles are numbered IPU-major.")
     tiles_per_ipu: int = Field(1472, ge=1, le=MAX_TILES_PER_IPU, description="Tiles on each IPU.")
     bytes_per_tile: int = Field(638976, ge=64, description="Tile memory, in bytes (ipu2: 624 KiB).")
@@ -43,6 +63,13 @@ class Target(GrucModel):
     memory_alignment: int = Field(
         8, ge=4, multiple_of=4, description="Byte alignment of every allocation: a multiple of "
         "4, the largest element, so every block starts on an element boundary.")
+    interleaved_memory_start: int = Field(
+        208 * 1024, ge=0, description="Byte offset in a tile where its interleaved memory begins "
+        "(the upper part of the tile; ipu1: 128 KiB, ipu2: 208 KiB); what vector loads of 128 "
+        "bits read, such as a matrix product's partial sums, must lie above it.")
+    memory_element_bytes: int = Field(
+        16 * 1024, ge=8, description="Bytes of one memory element (bank) of the non-interleaved "
+        "region; an interleaved element is a pair of them.")
 
     @property
     def num_tiles(self) -> int:
@@ -61,22 +88,44 @@ class Target(GrucModel):
     def ipu_of_tile(self, tile: int) -> int:
         return tile // self.tiles_per_ipu
 
+    @property
+    def interleaved_memory_bytes(self) -> int:
+        """Bytes of a tile's interleaved region."""
+        return max(self.bytes_per_tile - self.interleaved_memory_start, 0)
+
+    @classmethod
+    def of(cls, device_type: str, num_ipus: int = 1, tiles_per_ipu: int | None = None,
+           **overrides: Any) -> "Target":
+        """An ``ipu1`` or ``ipu2`` system, whole or with ``tiles_per_ipu`` tiles per IPU (poplibs'
+        ``--tiles-per-ipu``: the same tiles, fewer of them; named ``custom`` then)."""
+        if device_type not in _GENERATIONS:
+            raise GrucValueError(f"device type {device_type!r} is not one of: "
+                                 + ", ".join(DEVICE_TYPES))
+        figures = dict(_GENERATIONS[device_type])
+        name = device_type
+        if tiles_per_ipu is not None:
+            figures["tiles_per_ipu"] = tiles_per_ipu
+            name = "custom"
+        figures.update(overrides)
+        figures.setdefault("name", name)
+        return cls(device_type=device_type, num_ipus=num_ipus, **figures)
+
     @classmethod
     def ipu1(cls, num_ipus: int = 1, **overrides: Any) -> "Target":
         """Colossus Mk1 (GC2): 1216 tiles of 256 KiB."""
-        return cls(name="ipu1", num_ipus=num_ipus, tiles_per_ipu=1216, bytes_per_tile=256 * 1024,
-                   clock_hz=1.6e9, **overrides)
+        return cls.of("ipu1", num_ipus, **overrides)
 
     @classmethod
     def ipu2(cls, num_ipus: int = 1, **overrides: Any) -> "Target":
         """Colossus Mk2 (GC200): 1472 tiles of 624 KiB; the default target."""
-        return cls(name="ipu2", num_ipus=num_ipus, tiles_per_ipu=1472, bytes_per_tile=624 * 1024,
-                   clock_hz=1.33e9, **overrides)
+        return cls.of("ipu2", num_ipus, **overrides)
 
     @classmethod
-    def custom(cls, tiles_per_ipu: int = 16, **overrides: Any) -> "Target":
-        """A small ipu2-like target, as poplibs' tests build with ``--tiles-per-ipu``."""
-        return cls(name="custom", tiles_per_ipu=tiles_per_ipu, **overrides)
+    def custom(cls, tiles_per_ipu: int = 16, device_type: str = "ipu2",
+               **overrides: Any) -> "Target":
+        """A small target of ipu2 (or ipu1) tiles, as poplibs' tests build with
+        ``--tiles-per-ipu``."""
+        return cls.of(device_type, tiles_per_ipu=tiles_per_ipu, **overrides)
 
     def describe(self) -> str:
         """One line for reports: ``ipu2: 1 x 1472 tiles x 638976 B``."""

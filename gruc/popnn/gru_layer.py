@@ -24,7 +24,7 @@ from gruc.ir.tensor import Tensor
 from gruc.popnn import gru, gru_reference
 from gruc.popnn.gru_params import GruParams, parse_activation
 from gruc.runtime.engine import Engine
-from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, Target
+from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, DeviceType, Target
 from gruc.types import UNSIGNED_INT, dtype_of
 from gruc.validated import GrucModel
 
@@ -63,9 +63,16 @@ class GruLayerConfig(GrucModel):
         False, description="Training forward: save the intermediates and check them too.")
     available_memory_proportion: float | None = Field(None, ge=0, allow_inf_nan=False)
     partials_type: str | None = None
+    device_type: DeviceType = Field(
+        "ipu2", description="IPU generation: ipu1 (poplibs' IpuModel1) or ipu2 (IpuModel2).")
     tiles_per_ipu: int | None = Field(None, ge=1, le=MAX_TILES_PER_IPU,
-                                      description="Default: ipu2's 1472.")
+                                      description="Default: all of the device's (ipu2: 1472).")
     ipus: int = Field(1, ge=1, le=MAX_IPUS)
+    ignore_data: bool = Field(
+        False, description="Nothing read back (poplibs' --ignore-data): no host reads, so no "
+                           "output is checked and what only the host would read is not kept "
+                           "live after its last use, as poplibs' benchmarks measured layers.  "
+                           "Inputs are still written.")
     rel_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
     abs_tolerance: float | None = Field(None, ge=0, allow_inf_nan=False)
     seed: int = Field(1002, ge=0, description="Host data seed (MT19937's, as poplibs' tool).")
@@ -131,9 +138,7 @@ class GruLayerConfig(GrucModel):
         return self
 
     def target(self) -> Target:
-        if self.tiles_per_ipu is None:
-            return Target.ipu2(num_ipus=self.ipus)
-        return Target.custom(tiles_per_ipu=self.tiles_per_ipu, num_ipus=self.ipus)
+        return Target.of(self.device_type, num_ipus=self.ipus, tiles_per_ipu=self.tiles_per_ipu)
 
     def options(self) -> dict[str, Any]:
         """poplibs GRU options: ``inferenceOnly`` always, the others only when given."""
@@ -225,8 +230,9 @@ def build_layer(config: GruLayerConfig) -> GruLayer:
         _build_backward(layer, h0, x, weights, result, attention, real)
     for name, tensor in layer.writes.items():
         graph.create_host_write(name, tensor)
-    for name, tensor in layer.reads.items():
-        graph.create_host_read(name, tensor)
+    if not config.ignore_data:
+        for name, tensor in layer.reads.items():
+            graph.create_host_read(name, tensor)
     return layer
 
 
@@ -271,6 +277,11 @@ class LayerRun:
     build_seconds: float
     compile_seconds: float
     run_seconds: float
+
+    @property
+    def checked(self) -> bool:
+        """Whether the outputs were checked (not with ``ignore_data``: there was no host data)."""
+        return not self.layer.config.ignore_data
 
     @property
     def passed(self) -> bool:
@@ -325,7 +336,8 @@ def reference_results(config: GruLayerConfig, data: gru_reference.RandomInputs,
 def run_layer(config: GruLayerConfig, layer: GruLayer | None = None,
               pipeline: str | None = None) -> LayerRun:
     """Build (unless given), compile (with ``pipeline``: as :class:`Engine`'s), run and check the
-    layer against the float64 reference."""
+    layer against the float64 reference (nothing is read back or checked with ``ignore_data``:
+    ``LayerRun.checked`` is False)."""
     start = time.perf_counter()
     layer = layer or build_layer(config)
     built = time.perf_counter()
@@ -339,6 +351,8 @@ def run_layer(config: GruLayerConfig, layer: GruLayer | None = None,
         engine.write_tensor(name, values[name])
     engine.run(0)
     ran = time.perf_counter()
+    if config.ignore_data:
+        return LayerRun(layer, engine, {}, {}, {}, built - start, compiled - built, ran - compiled)
     expected = reference_results(config, data, lengths)
     outputs = {name: engine.read_tensor(name) for name in layer.reads}
     rel, absolute = config.tolerances()

@@ -1,0 +1,189 @@
+"""Poplar's own figures beside gruc's: how far a planner may trust gruc's memory and cycles.
+
+Graphcore's Poplar SDK estimated, on its IPUModel, the cycles, total memory and fullest tile of
+poplibs' benchmark layers; poplibs kept the figures as regression baselines
+(``tests/benchmark_results.csv`` of graphcore/poplibs at ``f9273583``, 2021-03-10, the last
+version before the benchmarks were removed).  ``gruc/data/poplar_figures.csv`` is a copy of the
+rows gruc measures itself against (provenance: ``gruc/data/README.md``).
+
+Each row names a poplibs tool and its flags.  :func:`layer_config` turns a row into the layer
+gruc builds for it — the tool's own defaults for every flag not given, ``--ignore-data`` as every
+benchmark ran (nothing read back) — and :func:`measure` plans it, compile-only, and reads gruc's
+three figures exactly as poplibs' ``tools/bench.py`` read Poplar's profile (:func:`figures`):
+
+* ``cycles``: the whole simulated run (``executionProfile.simulation.cycles``);
+* ``total_memory``: the sum over tiles of always-live bytes plus the sum over tiles of each
+  tile's peak not-always-live bytes (``graphProfile.memory.liveness``): no gaps;
+* ``max_tile_memory``: the largest tile's bytes including gaps (``byTile.totalIncludingGaps``).
+
+A row gruc cannot build yet is reported with the reason, never a crash.  The layers are compiled
+with no passes (``pipeline=""``): Poplar runs the graph poplibs built as it was built, with no
+rewriting of its own (gruc's default pipeline fuses and removes steps Poplar would run).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from gruc.errors import GrucError, GrucValueError
+from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.runtime.report import Report
+
+YARDSTICK = Path(__file__).resolve().parent / "data" / "poplar_figures.csv"
+"""Poplar's published figures (see ``gruc/data/README.md``)."""
+
+FIGURES = ("cycles", "total_memory", "max_tile_memory")
+"""The three figures of every row, in the order poplibs' ``bench.py`` wrote them."""
+
+DEVICE_TYPES = {"IpuModel1": "ipu1", "IpuModel2": "ipu2"}
+"""poplibs' device names -> gruc's."""
+
+FIDELITY_PIPELINE = ""
+"""The pass pipeline rows are compiled with: none (Poplar compiles a graph as it is built)."""
+
+
+@dataclass(frozen=True)
+class PoplarRow:
+    """One published measurement: the layer (tool and flags) and Poplar's three figures."""
+
+    target: str
+    name: str
+    tool: str
+    flags: str
+    cycles: int
+    total_memory: int
+    max_tile_memory: int
+
+    @property
+    def device_type(self) -> str:
+        return DEVICE_TYPES[self.target]
+
+    def figures(self) -> dict[str, int]:
+        return {figure: getattr(self, figure) for figure in FIGURES}
+
+
+def load_rows(path: str | Path = YARDSTICK) -> list[PoplarRow]:
+    """The rows of a yardstick file (``gruc/data/poplar_figures.csv``'s columns)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = []
+        for record in csv.DictReader(handle):
+            if record["target"] not in DEVICE_TYPES:
+                raise GrucValueError(f"{path}: row {record['name']!r} has target "
+                                     f"{record['target']!r}; known: {', '.join(DEVICE_TYPES)}")
+            rows.append(PoplarRow(record["target"], record["name"], record["tool"],
+                                  record["flags"], *(int(record[f]) for f in FIGURES)))
+    return rows
+
+
+# ---- tool flags -> gruc layers ----------------------------------------------------------------
+def parse_tool_flags(text: str) -> dict[str, str]:
+    """``--name value`` and ``--name=value`` pairs of a poplibs tool's command line."""
+    tokens = shlex.split(text)
+    flags: dict[str, str] = {}
+    k = 0
+    while k < len(tokens):
+        token = tokens[k]
+        if not token.startswith("--"):
+            raise GrucValueError(f"tool flags {text!r}: {token!r} is not a --flag")
+        name, equals, value = token[2:].partition("=")
+        if not equals:
+            if k + 1 >= len(tokens) or tokens[k + 1].startswith("--"):
+                raise GrucValueError(f"tool flags {text!r}: --{name} has no value")
+            value = tokens[k + 1]
+            k += 1
+        flags[name] = value
+        k += 1
+    return flags
+
+
+GRU_LAYER_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "batch-size": ("batch_size", int),
+    "sequence-size": ("sequence_size", int),
+    "input-size": ("input_size", int),
+    "output-size": ("output_size", int),
+    "data-type": ("data_type", str),
+    "phase": ("phase", str),
+    "cell-order": ("cell_order", lambda text: tuple(text.strip("{}").split(","))),
+}
+"""poplibs ``gru_layer`` flags the yardstick uses, with their gruc fields."""
+
+GRU_LAYER_DEFAULTS = {"data_type": "half", "phase": "fwd"}
+"""``gru_layer``'s own defaults where gruc's differ (gruc runs float unless asked)."""
+
+
+def layer_config(row: PoplarRow) -> GruLayerConfig:
+    """The gruc layer a row measures, on its device, with nothing read back (``--ignore-data``);
+    a GrucValueError says why a row cannot be built."""
+    if row.tool != "gru_layer":
+        raise GrucValueError(f"gruc has no {row.tool.split()[0]} tool yet")
+    given = dict(GRU_LAYER_DEFAULTS)
+    for name, value in parse_tool_flags(row.flags).items():
+        if name not in GRU_LAYER_FLAGS:
+            raise GrucValueError(f"gru_layer flag --{name} is not supported here")
+        field, parse = GRU_LAYER_FLAGS[name]
+        given[field] = parse(value)
+    return GruLayerConfig(device_type=row.device_type, ignore_data=True, **given)
+
+
+def figures(report: Report) -> dict[str, int]:
+    """gruc's three figures of a report, read as poplibs' ``bench.py`` read Poplar's profile."""
+    return {"cycles": report.cycles.total,
+            "total_memory": int(report.always_live_bytes.sum())
+            + int(report.not_always_live_max_bytes.sum()),
+            "max_tile_memory": report.max_tile_bytes}
+
+
+def measure(row: PoplarRow) -> dict[str, Any]:
+    """One row's result: Poplar's figures, gruc's and their ratios (gruc / Poplar), with the
+    memory by category of gruc's fullest tile; or, for a row gruc cannot build, the reason."""
+    from gruc.plan.layer import plan_layer  # the planner imports the layer builders
+
+    result: dict[str, Any] = {"target": row.target, "name": row.name, "tool": row.tool,
+                              "flags": row.flags, "poplar": row.figures()}
+    try:
+        config = layer_config(row)
+        plan = plan_layer(config, FIDELITY_PIPELINE)
+    except GrucError as error:
+        result["reason"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        return result
+    mine = figures(plan.report)
+    result["gruc"] = mine
+    result["ratio"] = {f: mine[f] / row.figures()[f] for f in FIGURES}
+    result["compile_seconds"] = round(plan.compile_seconds, 3)
+    return result
+
+
+def summarise(results: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per target and figure, over the rows measured: how many, the mean absolute percentage
+    error, the worst row (its name and error) and how many are within 10 %."""
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for result in results:
+        if "ratio" not in result:
+            continue
+        for figure in FIGURES:
+            error = 100.0 * (result["ratio"][figure] - 1.0)
+            entry = summary.setdefault(result["target"], {}).setdefault(
+                figure, {"rows": 0, "sum_abs": 0.0, "worst": None, "within_10": 0})
+            entry["rows"] += 1
+            entry["sum_abs"] += abs(error)
+            entry["within_10"] += abs(error) <= 10.0
+            if entry["worst"] is None or abs(error) > abs(entry["worst"][1]):
+                entry["worst"] = (result["name"], error)
+    for by_figure in summary.values():
+        for entry in by_figure.values():
+            entry["mape"] = entry.pop("sum_abs") / entry["rows"]
+            name, error = entry.pop("worst")
+            entry["worst_row"], entry["worst_error"] = name, error
+    return summary
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a signed error: ``1.034`` -> ``+3.4 %``."""
+    if not math.isfinite(ratio):
+        return "n/a"
+    return f"{100.0 * (ratio - 1.0):+.1f} %"
