@@ -9,7 +9,12 @@ rows gruc measures itself against (provenance: ``gruc/data/README.md``).
 Each row names a poplibs tool and its flags.  :func:`layer_config` turns a row into the layer
 gruc builds for it — the tool's own defaults for every flag not given, ``--ignore-data`` as every
 benchmark ran (nothing read back) — and :func:`measure` plans it, compile-only, and reads gruc's
-three figures exactly as poplibs' ``tools/bench.py`` read Poplar's profile (:func:`figures`):
+three figures exactly as poplibs' ``tools/bench.py`` read Poplar's profile (:func:`figures`).
+The tools ran on poplibs' test IPUModel, which does not compile the program to IPU code
+(``createTestDevice``'s ``compileIPUCode`` is false), so its profile holds no code: the layers are
+built for such a device (``compile_ipu_code=False``).
+
+
 
 * ``cycles``: the whole simulated run (``executionProfile.simulation.cycles``);
 * ``total_memory``: the sum over tiles of always-live bytes plus the sum over tiles of each
@@ -117,8 +122,8 @@ GRU_LAYER_DEFAULTS = {"data_type": "half", "phase": "fwd"}
 
 
 def layer_config(row: PoplarRow) -> GruLayerConfig:
-    """The gruc layer a row measures, on its device, with nothing read back (``--ignore-data``);
-    a GrucValueError says why a row cannot be built."""
+    """The gruc layer a row measures, on its device (uncompiled, as poplibs' test IPUModel), with
+    nothing read back (``--ignore-data``); a GrucValueError says why a row cannot be built."""
     if row.tool != "gru_layer":
         raise GrucValueError(f"gruc has no {row.tool.split()[0]} tool yet")
     given = dict(GRU_LAYER_DEFAULTS)
@@ -127,7 +132,8 @@ def layer_config(row: PoplarRow) -> GruLayerConfig:
             raise GrucValueError(f"gru_layer flag --{name} is not supported here")
         field, parse = GRU_LAYER_FLAGS[name]
         given[field] = parse(value)
-    return GruLayerConfig(device_type=row.device_type, ignore_data=True, **given)
+    return GruLayerConfig(device_type=row.device_type, ignore_data=True, compile_ipu_code=False,
+                          **given)
 
 
 def figures(report: Report) -> dict[str, int]:

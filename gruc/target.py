@@ -30,7 +30,8 @@ DEVICE_TYPES: tuple[str, ...] = ("ipu1", "ipu2")
 _GENERATIONS: dict[str, dict[str, Any]] = {
     # Mk1 (GC2): 1216 tiles of 256 KiB; memory from 0x40000, interleaved from 0x60000.
     "ipu1": dict(tiles_per_ipu=1216, bytes_per_tile=256 * 1024, clock_hz=1.6e9,
-                 interleaved_memory_start=128 * 1024),
+                 interleaved_memory_start=128 * 1024, conv_units_float=8,
+                 conv_units_half_half_partials=8),
     # Mk2 (GC200): 1472 tiles of 624 KiB; memory from 0x4C000, interleaved from 0x80000.
     "ipu2": dict(tiles_per_ipu=1472, bytes_per_tile=624 * 1024, clock_hz=1.33e9,
                  interleaved_memory_start=208 * 1024),
@@ -70,6 +71,26 @@ class Target(GrucModel):
     memory_element_bytes: int = Field(
         16 * 1024, ge=8, description="Bytes of one memory element (bank) of the non-interleaved "
         "region; an interleaved element is a pair of them.")
+    compile_ipu_code: bool = Field(
+        True, description="Whether the device's program is compiled to IPU code, and so whether "
+        "its memory holds code (vertex, control and exchange code): true on hardware; poplibs' "
+        "test IPUModel devices left it false (IPUModel::compileIPUCode), and their profiles "
+        "then count no code.")
+    conv_units_float: int = Field(
+        16, ge=1, description="Accumulating matrix product (AMP) units a tile uses for float "
+        "inputs and float partials (poplar's fp32InFp32OutConvUnitsPerTile).")
+    conv_units_half_float_partials: int = Field(
+        8, ge=1, description="AMP units for half inputs with float partials "
+        "(fp16InFp32OutConvUnitsPerTile).")
+    conv_units_half_half_partials: int = Field(
+        16, ge=1, description="AMP units for half inputs with half partials "
+        "(fp16InFp16OutConvUnitsPerTile).")
+    conv_unit_pipeline_depth: int = Field(
+        4, ge=1, description="Input vectors an AMP unit's weights pipeline holds: its weights "
+        "are this times the elements of one 64-bit load (float 8, half 16).")
+    conv_unit_coeff_load_bytes_per_cycle: int = Field(
+        16, ge=1, description="Bytes of AMP weights loaded per cycle with 128-bit loads; half "
+        "of it with poplibs' default 64-bit loads (use128BitConvUnitLoad false).")
 
     @property
     def num_tiles(self) -> int:

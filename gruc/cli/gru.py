@@ -71,6 +71,8 @@ FLAGS = [
     ("--device-type", "device_type", str, "ipu1 or ipu2 (poplibs' IpuModel1 / IpuModel2)"),
     ("--tiles-per-ipu", "tiles_per_ipu", int, "tiles per IPU (default: all of the device's)"),
     ("--ipus", "ipus", int, "number of IPUs"),
+    ("--compile-ipu-code", "compile_ipu_code", _bool,
+     "compile to IPU code, so tiles hold code (0/1; poplibs' test IPUModels: 0)"),
     ("--ignore-data", "ignore_data", _bool,
      "read nothing back, so check nothing and keep no output live for the host (0/1; "
      "poplibs' benchmarks ran so)"),

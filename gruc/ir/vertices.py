@@ -51,14 +51,18 @@ class Field:
     vector: bool = False
     """True if the field takes a tuple of tensors."""
     optional: bool = False
+    interleaved: bool = False
+    """The field's data must lie in the tile's interleaved memory (Poplar's ``Vector<T, layout,
+    align, true>``: what the vertex reads or writes with 128-bit accesses)."""
 
 
 def Input(vector: bool = False, optional: bool = False) -> Field:  # noqa: N802 (Poplar's names)
     return Field(Direction.INPUT, vector, optional)
 
 
-def Output(vector: bool = False, optional: bool = False) -> Field:  # noqa: N802
-    return Field(Direction.OUTPUT, vector, optional)
+def Output(vector: bool = False, optional: bool = False, interleaved: bool = False  # noqa: N802
+           ) -> Field:
+    return Field(Direction.OUTPUT, vector, optional, interleaved)
 
 
 def InOut(vector: bool = False, optional: bool = False) -> Field:  # noqa: N802

@@ -1,56 +1,59 @@
-"""Matrix products (poplin ``matMul`` and friends), planned across tiles.
+"""Matrix products (poplin ``matMul`` and friends), planned across tiles as poplin plans them.
 
 ``mat_mul(graph, a, b, prog)`` computes ``[m, k] x [k, n] -> [m, n]`` (or, with a leading group
-dimension, ``[g, m, k] x [g, k, n] -> [g, m, n]``) the way poplibs' planner does, in outline:
+dimension, ``[g, m, k] x [g, k, n] -> [g, m, n]``) the way poplibs does:
 
-1. **Plan.**  Cut g, m, k and n into blocks and give each block to a tile
-   (:class:`~gruc.ir.codelets.matmul.Blocking`).  Among all block sizes that use at most the
-   target's tiles, choose the one with the fewest estimated cycles — the partial product's
-   multiply-accumulates at the target's vector width, plus the exchange of the operand blocks a
-   tile does not hold, plus the reduction over the k-split — subject to the per-tile temporaries
-   (received operand blocks and partials) fitting in ``availableMemoryProportion`` of a tile.
-   When no single pass fits, n is cut into *serial* slices run one after the other, whose
-   temporaries the memory planner lets share bytes (poplibs' serial splits).  Plans are cached by
-   (target, shapes, types, options), as poplibs' ``PlanningCache`` does.
-2. **Partial products.**  One ``MatMulPartials`` vertex per slice: every tile multiplies its
+1. **Plan** (:mod:`gruc.ops.matmul_plan`, poplin's planner re-derived): the product is a
+   convolution whose field is n (or m), whose input channels are k and output channels the other;
+   the groups, field and channels are cut into blocks, a tile per block, with the vertex (the AMP,
+   else MACs) and channel grouping poplin would choose, by poplin's own cost model under the
+   ``availableMemoryProportion`` bound.  When no single pass fits, n is cut into *serial* slices
+   run one after the other.  Plans are cached by (target, shapes, types, options), as poplibs'
+   ``PlanningCache`` does.
+2. **Rearrangement**: an operand broadcast to more than seven tiles that is not laid out as the
+   plan wants is first copied into that layout (poplin's ``inViewMaxBroadcastDests``), so the
+   broadcast reads one tidy copy.
+3. **Partial products**: one ``MatMulPartials`` vertex per slice: every tile multiplies its
    ``[mb, kb]`` block of A by its ``[kb, nb]`` block of B into its block of a ``[g, Pk, m, n]``
-   partials tensor (``partialsType``), in its own memory.
-3. **Reduction.**  One ``MatMulReduce`` vertex adds the ``Pk`` partials of every output element on
-   the output's tile (the output block is spread over the tiles that computed its partials).  With
-   a single k block and partials of the output's type the partials *are* the output.
+   partials tensor (``partialsType``), in interleaved memory for the AMP; what a tile needs from
+   other tiles is exchanged to it.
+4. **Reduction**: the ``Pk`` partials of each output element are added in the stages poplin's
+   ``getMultiStageReducePlan`` chooses (one below 16 partials, two below 125, else three), each a
+   ``MatMulReduce`` compute set on the tiles that computed them.  With a single k block and
+   partials of the output's type the partials *are* the output.
 
 ``create_mat_mul_input_lhs`` / ``_rhs`` allocate A / B laid out as the plan for those shapes
 wants — each block spread over the tiles that use it — so a product needs no more exchange than
 the broadcast of each block to its other users (a GRU creates its weights this way);
 ``pre_arrange_mat_mul_input_rhs`` copies an existing B into that layout once, after which products
-with ``inputRHSIsPreArranged`` check that B really has it.  gruc's partial-product vertex reads
-operands in any layout (what it lacks locally is exchanged and counted), so there is no separate
-per-call rearrangement to skip: the layout only decides how many bytes move.
+with ``inputRHSIsPreArranged`` check that B really has it.  ``mat_mul_acc`` is poplin's
+``matMulAcc``: the product into a temporary, then ``scaledAddTo``.
 
 Options, by poplibs name (a dict) or as a :class:`MatMulOptions`: ``availableMemoryProportion``
 (>= 0, default 0.6), ``partialsType`` (half | float, default float; ignored when narrower than the
 output, as in poplibs), ``fullyConnectedPass`` (NONE, INFERENCE_FWD, TRAINING_FWD, TRAINING_BWD,
-TRAINING_WU: accepted and validated for compatibility; gruc plans every pass alike) and
-``inputRHSIsPreArranged``.
+TRAINING_WU: an inference pass keeps the AMP's partial groups to its units, and only a plain
+product regroups its output, as in poplin; poplin's joint planning of a training layer's three
+passes is not modelled, see ``docs/matmul-planner.md``) and ``inputRHSIsPreArranged``.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
-from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
-from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking, mac_cycles
+from gruc.ir.codelets.conv_costs import reduce_stages
+from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
-from gruc.ops.elementwise import finite_scale
+from gruc.ops.elementwise import finite_scale, scaled_add_to
+from gruc.ops.matmul_plan import BROADCAST_REARRANGE, MatMulPlan, block_tile_grid, plan_product
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
 from gruc.validated import OptionFlags
@@ -83,7 +86,8 @@ class MatMulOptions(OptionFlags):
                                  description="Type of the partial products: half or float.")
     fully_connected_pass: FullyConnectedPass = Field(
         FullyConnectedPass.NONE, alias="fullyConnectedPass",
-        description="Pass of a fully connected layer (informational).")
+        description="Pass of a fully connected layer: an inference pass keeps the AMP's partial "
+                    "groups to its units; only a plain product regroups its output.")
     input_rhs_is_pre_arranged: bool = Field(
         False, alias="inputRHSIsPreArranged",
         description="B comes from pre_arrange_mat_mul_input_rhs with the same A shape.")
@@ -156,131 +160,6 @@ def _float_type(what: str, value: DType | str) -> DType:
 
 
 # ---- the plan ---------------------------------------------------------------------------------
-VERTEX_OVERHEAD_ESTIMATE = 50
-"""Cycles of starting a vertex on a tile, as the cycle model counts them (``gruc.runtime.cost``)."""
-
-MAX_SERIAL_SLICES = 64
-"""Most serial slices of n a plan uses.  Each slice is two compute sets and its own temporaries
-in the IR, so beyond this the plan settles for the least memory it can reach (and says it does
-not fit) rather than growing the program."""
-
-
-@dataclass(frozen=True)
-class MatMulPlan:
-    """How a product is cut into blocks and tiles, and what the planner expects it to cost."""
-
-    shape: tuple[int, int, int, int]
-    """``(G, M, K, N)``."""
-    block: tuple[int, int, int, int]
-    """Block sizes ``(gb, mb, kb, nb)``."""
-    serial: int
-    """Slices of n run one after another (1: a single pass)."""
-    slice_width: int
-    """Columns of n per serial slice (the last may be narrower)."""
-    partials_type: DType
-    direct: bool
-    """One k block and partials of the output's type: the partial products are the output."""
-    cycles: int
-    """Estimated cycles of the whole product (all slices)."""
-    temporary_bytes: int
-    """Estimated peak bytes of temporaries (received operands, partials) on one tile."""
-    fits: bool
-    """``temporary_bytes`` is within ``availableMemoryProportion`` of a tile."""
-
-    def slices(self) -> list[tuple[int, int]]:
-        """``(begin, end)`` columns of n of every serial slice."""
-        N, width = self.shape[3], self.slice_width
-        return [(begin, min(begin + width, N)) for begin in range(0, N, width)]
-
-    def blocking(self, width: int) -> Blocking:
-        """The block geometry of a slice ``width`` columns wide."""
-        G, M, K, _ = self.shape
-        gb, mb, kb, nb = self.block
-        return Blocking.of((G, M, K, width), (gb, mb, kb, min(nb, width)))
-
-    @property
-    def num_tiles(self) -> int:
-        """Tiles the first slice uses (one per block)."""
-        return self.blocking(self.slice_width).num_blocks
-
-
-def _candidate_blocks(size: int) -> np.ndarray:
-    """Every distinct block size ``ceil(size / p)``, p = 1..size."""
-    return np.unique(-(-size // np.arange(1, size + 1, dtype=np.int64)))
-
-
-def _align(nbytes: np.ndarray, alignment: int) -> np.ndarray:
-    return -(-nbytes // alignment) * alignment
-
-
-def _evaluate(target: Target, shape: tuple[int, int, int, int], in_type: DType,
-              partials_type: DType, direct_ok: bool) -> dict[str, np.ndarray]:
-    """Cycles and per-tile temporary bytes of every block size that fits on the target.
-
-    Costs are those of the busiest tile (a full block); operands are assumed laid out as
-    ``create_mat_mul_input_*`` lays them (each block spread over the tiles that use it).
-    """
-    G, M, K, N = shape
-    sizes = [_candidate_blocks(n) for n in (G, M, K, N)]
-    counts = [-(-n // s) for n, s in zip((G, M, K, N), sizes)]
-    grids = np.meshgrid(*[np.arange(len(s)) for s in sizes], indexing="ij")
-    blocks = counts[0][grids[0]] * counts[1][grids[1]] * counts[2][grids[2]] * counts[3][grids[3]]
-    keep = blocks <= target.num_tiles  # never empty: one block of everything always fits
-    gb, mb, kb, nb = (s[g[keep]] for s, g in zip(sizes, grids))
-    Pm, Pk, Pn = (c[g[keep]] for c, g in zip(counts[1:], grids[1:]))
-    in_size, p_size, xb = in_type.size, partials_type.size, target.exchange_bytes_per_cycle
-    rows = gb * mb * nb
-    compute = VERTEX_OVERHEAD_ESTIMATE + mac_cycles(rows, kb, target.vector_width(in_type))
-    received = gb * mb * kb * (Pn - 1) / Pn + gb * kb * nb * (Pm - 1) / Pm
-    cycles = compute + np.ceil(received * in_size / xb) + target.sync_cycles
-    direct = (Pk == 1) & direct_ok
-    owned = -(-rows // Pk)
-    reduce = (VERTEX_OVERHEAD_ESTIMATE + -(-owned // target.vector_width(partials_type)) * (Pk + 1)
-              + np.ceil(rows * (Pk - 1) / Pk * p_size / xb) + target.sync_cycles)
-    cycles = cycles + np.where(direct, 0, reduce)
-    alignment = target.memory_alignment
-    temporary = (_align(gb * kb * (mb + nb) * in_size, alignment)
-                 + np.where(direct, 0, _align(rows * p_size, alignment)))
-    return {"block": np.stack([gb, mb, kb, nb], axis=1), "cycles": cycles.astype(np.int64),
-            "temporary": temporary.astype(np.int64), "direct": direct}
-
-
-@functools.lru_cache(maxsize=512)
-def _plan(target: Target, shape: tuple[int, int, int, int], in_type: DType, partials_type: DType,
-          out_type: DType, proportion: float) -> MatMulPlan:
-    """The fastest blocking whose temporaries fit ``proportion`` of a tile, with the fewest serial
-    slices of n that allow a fit (each slice adds compute sets to the IR).  When none fits within
-    MAX_SERIAL_SLICES, the blocking with the least temporary memory (then cycles), marked as not
-    fitting."""
-    budget = proportion * target.bytes_per_tile
-    direct_ok = partials_type == out_type
-    G, M, K, N = shape
-    fallback = None
-    for width in _candidate_blocks(N)[::-1].tolist():  # 1, 2, 3, ... serial slices
-        serial = -(-N // width)
-        if serial > MAX_SERIAL_SLICES:
-            break
-        candidates = _evaluate(target, (G, M, K, width), in_type, partials_type, direct_ok)
-        total = candidates["cycles"] * serial
-        fits = candidates["temporary"] <= budget
-        if np.any(fits):
-            best = int(np.flatnonzero(fits)[np.argmin(total[fits])])
-            return _make_plan(shape, candidates, best, serial, width, partials_type, total, True)
-        least = int(np.lexsort((total, candidates["temporary"]))[0])
-        key = (int(candidates["temporary"][least]), int(total[least]))
-        if fallback is None or key < fallback[0]:
-            fallback = (key, candidates, least, serial, width, total)
-    _, candidates, best, serial, width, total = fallback
-    return _make_plan(shape, candidates, best, serial, width, partials_type, total, False)
-
-
-def _make_plan(shape, candidates, best, serial, width, partials_type, total, fits) -> MatMulPlan:
-    return MatMulPlan(shape=shape, block=tuple(int(v) for v in candidates["block"][best]),
-                      serial=int(serial), slice_width=int(width), partials_type=partials_type,
-                      direct=bool(candidates["direct"][best]), cycles=int(total[best]),
-                      temporary_bytes=int(candidates["temporary"][best]), fits=fits)
-
-
 def _partials_type(options: MatMulOptions, out_type: DType) -> DType:
     """poplibs: a partials type narrower than the output's is ignored."""
     return out_type if options.partials_type.size < out_type.size else options.partials_type
@@ -289,28 +168,26 @@ def _partials_type(options: MatMulOptions, out_type: DType) -> DType:
 def plan_mat_mul(target: Target, dtype: DType | str, a_shape: Sequence[int],
                  b_shape: Sequence[int], options: "Mapping[str, Any] | MatMulOptions | None" = None,
                  *, out_type: DType | str | None = None) -> MatMulPlan:
-    """The plan ``mat_mul`` uses for these shapes (``mat_mul_acc`` uses it too, with a reduction
-    even when ``direct``: it must add to C).  Cached."""
+    """The plan ``mat_mul`` (and ``mat_mul_acc``) uses for these shapes.  Cached."""
     if not isinstance(target, Target):
         raise GrucTypeError(f"plan_mat_mul needs a gruc Target, got {type(target).__name__}")
     opts = matmul_options(options)
     in_type = _float_type("plan_mat_mul", dtype)
     out = _float_type("plan_mat_mul", out_type) if out_type is not None else in_type
     shape = _dims("plan_mat_mul", a_shape, b_shape)
-    return _plan(target, shape, in_type, _partials_type(opts, out), out,
-                 float(opts.available_memory_proportion))
+    fc_pass = opts.fully_connected_pass
+    return plan_product(target, shape, in_type, _partials_type(opts, out), out,
+                        float(opts.available_memory_proportion),
+                        inference=fc_pass is FullyConnectedPass.INFERENCE_FWD,
+                        plain_matmul=fc_pass is FullyConnectedPass.NONE)
 
 
 # ---- layouts ----------------------------------------------------------------------------------
-def block_tile_grid(geometry: Blocking) -> np.ndarray:
-    """The tile of every block, ``[Pg, Pk, Pm, Pn]``: block ``b`` on tile ``b``."""
-    return np.arange(geometry.num_blocks, dtype=np.int64).reshape(geometry.counts)
-
-
-def spread_tiles(geometry: Blocking, letters: str) -> np.ndarray:
+def spread_tiles(geometry: Blocking, letters: str, orientation: str) -> np.ndarray:
     """Tiles of an operand with axes ``letters`` (``"gmk"`` for A, ``"gkn"`` for B, ``"gmn"`` for
     the output): each of its blocks is cut, in row-major order, into equal pieces, one for each
-    block of the product that uses it (the blocks along the missing axis)."""
+    block of the product that uses it (the blocks along the missing axis), as poplin maps a
+    tensor by its users (``mapTensorsByUse``)."""
     axes = {"g": geometry.g, "k": geometry.k, "m": geometry.m, "n": geometry.n}
     (over,) = set(axes) - set(letters)
     users = axes[over].count
@@ -325,7 +202,8 @@ def spread_tiles(geometry: Blocking, letters: str) -> np.ndarray:
         extent.append(axis.block_sizes()[block].reshape(shape))
     within = (position[0] * extent[1] + position[1]) * extent[2] + position[2]
     index[over] = within * users // (extent[0] * extent[1] * extent[2])
-    return block_tile_grid(geometry)[index["g"], index["k"], index["m"], index["n"]]
+    grid = block_tile_grid(geometry, orientation)
+    return grid[index["g"], index["k"], index["m"], index["n"]]
 
 
 def _set_tiles(graph: Graph, tensor: Tensor, tiles: np.ndarray) -> None:
@@ -337,11 +215,13 @@ def _map_operand(graph: Graph, tensor: Tensor, plan: MatMulPlan, letters: str) -
     (A, used by every slice, as the first slice wants it)."""
     grouped = _grouped(tensor)
     if "n" not in letters:
-        _set_tiles(graph, grouped, spread_tiles(plan.blocking(plan.slice_width), letters))
+        _set_tiles(graph, grouped, spread_tiles(plan.blocking(plan.slice_width), letters,
+                                                plan.orientation))
         return
     for begin, end in plan.slices():
         part = grouped.slice(begin, end, 2) if plan.serial > 1 else grouped
-        _set_tiles(graph, part, spread_tiles(plan.blocking(end - begin), letters))
+        _set_tiles(graph, part, spread_tiles(plan.blocking(end - begin), letters,
+                                             plan.orientation))
 
 
 def create_mat_mul_input_lhs(graph: Graph, dtype: DType | str, a_shape: Sequence[int],
@@ -403,7 +283,7 @@ def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) ->
     wants.  A wrong layout would still compute (only more bytes move), so it is refused here."""
     tiles = graph.element_tiles(b).reshape(_grouped(b).shape)
     for begin, end in plan.slices():
-        want = spread_tiles(plan.blocking(end - begin), "gkn")
+        want = spread_tiles(plan.blocking(end - begin), "gkn", plan.orientation)
         if not np.array_equal(tiles[:, :, begin:end], want):
             raise GrucValueError(f"{what}: inputRHSIsPreArranged is set but B {list(b.shape)} is "
                                  "not laid out as pre_arrange_mat_mul_input_rhs (or "
@@ -411,40 +291,100 @@ def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) ->
                                  "these options")
 
 
+def _arranged(graph: Graph, operand: Tensor, plan: MatMulPlan, geometry: Blocking, letters: str,
+              prog: Seq, label: str) -> Tensor:
+    """``operand`` as the partial products read it: itself, or, when it is broadcast to more than
+    :data:`~gruc.ops.matmul_plan.BROADCAST_REARRANGE` tiles and not laid out as the plan wants, a
+    copy in that layout (poplin's rearrangement before the exchange)."""
+    users = geometry.n.count if letters == "gmk" else geometry.m.count
+    if users <= BROADCAST_REARRANGE:
+        return operand
+    want = spread_tiles(geometry, letters, plan.orientation).reshape(-1)
+    if np.array_equal(graph.element_tiles(operand), want):
+        return operand
+    arranged = graph.add_variable(operand.dtype, operand.shape, f"{label}.{letters[1:]}_arranged")
+    _set_tiles(graph, arranged, want)
+    prog.add(Copy(operand, arranged))
+    return arranged
+
+
+def _stage_tiles(geometry: Blocking, grid: np.ndarray, groups: int) -> np.ndarray:
+    """Tiles of an intermediate reduction result ``[G, groups, M, N]``: each output block's
+    ``groups`` rows spread, in row-major order, over the tiles that computed its partials."""
+    Pk = geometry.k.count
+    g_of, m_of, n_of = geometry.g.block_of(), geometry.m.block_of(), geometry.n.block_of()
+    G, M, N = geometry.g.size, geometry.m.size, geometry.n.size
+    gb, mb, nb = (axis.block_sizes() for axis in (geometry.g, geometry.m, geometry.n))
+    g_in = np.arange(G) - g_of * geometry.g.block
+    m_in = np.arange(M) - m_of * geometry.m.block
+    n_in = np.arange(N) - n_of * geometry.n.block
+    size = (gb[g_of][:, None, None, None] * mb[m_of][None, None, :, None]
+            * nb[n_of][None, None, None, :])
+    within = (((np.arange(groups)[None, :, None, None] * gb[g_of][:, None, None, None]
+                + g_in[:, None, None, None]) * mb[m_of][None, None, :, None]
+               + m_in[None, None, :, None]) * nb[n_of][None, None, None, :]
+              + n_in[None, None, None, :])
+    piece = within * Pk // (groups * size)
+    return grid[g_of[:, None, None, None], piece, m_of[None, None, :, None],
+                n_of[None, None, None, :]]
+
+
+def _reduce(graph: Graph, partials: Tensor, out: Tensor, geometry: Blocking, grid: np.ndarray,
+            prog: Seq, label: str) -> None:
+    """Add ``partials`` ``[G, Pk, M, N]`` into ``out`` ``[G, M, N]`` in poplin's stages: each
+    stage sums runs of partial rows into the next stage's rows, spread over the tiles that hold
+    the block's partials; the last writes ``out`` (a single partial row: a conversion)."""
+    G, _, M, N = partials.shape
+    current = partials
+    stages = reduce_stages(partials.shape[1]) or [(1, 1)]
+    for index, (groups, per) in enumerate(stages):
+        last = index == len(stages) - 1
+        if last:
+            result = out.expand([1])
+        else:
+            result = graph.add_variable(partials.dtype, (G, groups, M, N),
+                                        f"{label}.reduce{index}")
+            _set_tiles(graph, result, _stage_tiles(geometry, grid, groups))
+        rows = current.shape[1]
+        full, tail = rows // per, rows % per
+        cs = graph.add_compute_set(f"{label}.reduce" + ("" if last else str(index)))
+        if full:
+            sums = result.slice(0, full, 1).reshape((G * full, M, N))
+            terms = current.slice(0, full * per, 1).reshape((G * full, per, M, N))
+            graph.add_vertex(cs, "MatMulReduce", {"out": sums, "partials": terms})
+        if tail:
+            graph.add_vertex(cs, "MatMulReduce",
+                             {"out": result.slice(full, full + 1, 1).reshape((G, M, N)),
+                              "partials": current.slice(full * per, rows, 1)})
+        prog.add(Execute(cs))
+        current = result
+
+
 def _emit(graph: Graph, plan: MatMulPlan, a: Tensor, b: Tensor, out: Tensor, prog: Seq,
-          name: str, acc_fields: dict[str, Tensor] | None, k: float) -> None:
-    """The partial products and reductions of every serial slice (operands all grouped);
-    ``acc_fields`` (None for a plain product) turns the reduction into ``out += k * ...``."""
-    direct = plan.direct and acc_fields is None
+          name: str) -> None:
+    """The rearrangements, partial products and reductions of every serial slice (operands all
+    grouped)."""
     for s, (begin, end) in enumerate(plan.slices()):
         label = name if plan.serial == 1 else f"{name}.{s}"
         geometry = plan.blocking(end - begin)
-        tiles = block_tile_grid(geometry)
+        grid = block_tile_grid(geometry, plan.orientation)
         b_part, out_part = (b, out) if plan.serial == 1 else (b.slice(begin, end, 2),
                                                               out.slice(begin, end, 2))
-        sizes = geometry.received_sizes()
-        received = graph.add_variable(a.dtype, (int(sizes.sum()),), f"{label}.received")
-        _set_tiles(graph, received, np.repeat(tiles.reshape(-1), sizes))
-        if direct:
+        a_used = _arranged(graph, a, plan, geometry, "gmk", prog, label)
+        b_used = _arranged(graph, b_part, plan, geometry, "gkn", prog, label)
+        if plan.direct:
             partials = out_part.expand([1])
         else:
             partials = graph.add_variable(plan.partials_type, geometry.partials_shape,
                                           f"{label}.partials")
-            _set_tiles(graph, partials, geometry.partials_tiles(tiles))
+            _set_tiles(graph, partials, geometry.partials_tiles(grid))
         cs = graph.add_compute_set(f"{label}.partials")
-        graph.add_vertex(cs, "MatMulPartials", {"a": a, "b": b_part, "partials": partials,
-                                                "received": received},
-                         blocks=tuple(int(v) for v in geometry.block))
+        graph.add_vertex(cs, "MatMulPartials", {"a": a_used, "b": b_used, "partials": partials},
+                         blocks=tuple(int(v) for v in geometry.block),
+                         method=plan.method.as_param(), orientation=plan.orientation)
         prog.add(Execute(cs))
-        if direct:
-            continue
-        cs = graph.add_compute_set(f"{label}.reduce")
-        if acc_fields is None:
-            graph.add_vertex(cs, "MatMulReduce", {"out": out_part, "partials": partials})
-        else:
-            graph.add_vertex(cs, "MatMulReduceAcc",
-                             {"out": out_part, "partials": partials, **acc_fields}, k=float(k))
-        prog.add(Execute(cs))
+        if not plan.direct:
+            _reduce(graph, partials, out_part, geometry, grid, prog, label)
 
 
 def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | str | None = None,
@@ -457,14 +397,14 @@ def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | 
     dtype = a.dtype if out_type is None else dtype_of(out_type)
     out = graph.add_variable(dtype, (G, M, N) if a.rank == 3 else (M, N), name or "matmul")
     _map_operand(graph, out, plan, "gmn")
-    _emit(graph, plan, _grouped(a), _grouped(b), _grouped(out), prog, name or "matmul", None, 1.0)
+    _emit(graph, plan, _grouped(a), _grouped(b), _grouped(out), prog, name or "matmul")
     return out
 
 
 def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor, prog: Seq, *,
                 options: "Mapping[str, Any] | MatMulOptions | None" = None, name: str = "") -> None:
-    """``C += k * A x B`` in place (poplin ``matMulAcc``); ``k`` is a number or a one-element
-    half / float tensor."""
+    """``C += k * A x B`` in place (poplin ``matMulAcc``: the product into a temporary of C's
+    type, then ``scaledAddTo``); ``k`` is a number or a one-element half / float tensor."""
     what = "mat_mul_acc"
     check_op_args(graph, prog, what)
     _check_tensor(what, "C", graph, c)
@@ -474,7 +414,6 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
     if c.shape != ((G, M, N) if a.rank == 3 else (M, N)):
         raise GrucShapeError(f"{what}: C {list(c.shape)} does not match A {list(a.shape)} x B "
                              f"{list(b.shape)}")
-    acc_fields: dict[str, Tensor] = {}
     if isinstance(k, Tensor):
         _check_tensor(what, "k", graph, k)
         if k.num_elements != 1:
@@ -483,10 +422,9 @@ def mat_mul_acc(graph: Graph, c: Tensor, k: float | Tensor, a: Tensor, b: Tensor
                 and np.isin(k.flat_ids(), c.flat_ids()).any()):
             raise GrucValueError(f"{what}: k is an element of C, which the accumulation "
                                  "overwrites; copy it to a tensor of its own first")
-        acc_fields["scale"] = k
-        k = 1.0
     else:
-        finite_scale(k, f"{what}: k (a number or a one-element tensor)")
-    _emit(graph, plan, _grouped(a), _grouped(b), _grouped(c), prog, name or "matmul_acc",
-          acc_fields, float(k))
-
+        k = finite_scale(k, f"{what}: k (a number or a one-element tensor)")
+    label = name or "matmul_acc"
+    product = mat_mul(graph, a, b, prog, out_type=c.dtype, options=options,
+                      name=f"{label}.product")
+    scaled_add_to(graph, c, product, k, prog, name=label)

@@ -75,12 +75,25 @@ class MemoryPlan:
     not_always_live_bytes: np.ndarray
     """Per tile: peak over steps of the bytes of the not-always-live blocks live at the step."""
     total_bytes: np.ndarray
-    """Per tile: the highest allocated address (gaps included)."""
+    """Per tile: the highest address its tensor data reaches, gaps included (the interleaved
+    region, if the tile has data there, starts at ``target.interleaved_memory_start``)."""
     tiles_over_capacity: tuple[TileOverflow, ...]
+    """Tiles whose tensor data alone exceeds their memory (the runtime's memory model adds the
+    rest Poplar puts on a tile: :mod:`gruc.runtime.footprint`)."""
     allocated: frozenset[int]
     """Indices of the variables that received blocks."""
     num_signatures: int
     """Distinct tile signatures actually planned (the rest reused a plan)."""
+    block_interleaved: np.ndarray
+    """Whether each block lies in the interleaved region."""
+    region_ends: np.ndarray
+    """``[2, tiles]``: the highest offset tensor data reaches in each region, from its start."""
+    interleaved_base: int
+    """Host offset of a tile's interleaved region (region 0's largest extent, aligned)."""
+    tile_signature: np.ndarray
+    """Per tile: the number of its planned signature (-1: no tensor data)."""
+    signature_not_always_live_by_step: np.ndarray
+    """``[signatures, steps]``: not-always-live bytes a signature's tiles occupy at each step."""
     _graph: object = field(repr=False)
     _runs: np.ndarray = field(repr=False)
     """Runs of consecutive elements of a variable on one tile, sorted by global id (variables own
@@ -101,6 +114,18 @@ class MemoryPlan:
     @property
     def max_total_bytes(self) -> int:
         return int(self.total_bytes.max()) if self.num_tiles else 0
+
+    @property
+    def host_extent(self) -> int:
+        """Bytes of a tile's host buffer: region 0, then region 1 from ``interleaved_base``."""
+        return self.interleaved_base + int(self.region_ends[1].max(initial=0))
+
+    def not_always_live_by_step(self, tile: int) -> np.ndarray:
+        """Not-always-live tensor bytes ``tile`` occupies at each step."""
+        signature = int(self.tile_signature[tile])
+        if signature < 0:
+            return np.zeros(self.liveness.num_steps, dtype=np.int64)
+        return self.signature_not_always_live_by_step[signature]
 
     def _block_index(self, variable: int) -> tuple[int, int]:
         lo = int(np.searchsorted(self.block_variable, variable, side="left"))

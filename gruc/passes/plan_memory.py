@@ -18,13 +18,25 @@ allocation granule), so per-tile figures are whole granules.  The byte address o
 
 where ``rank`` is the element's position among its variable's elements on that tile.
 
-Allocation, per tile: always-live blocks in variable order from offset 0; then not-always-live
-blocks, largest first (ties by variable index), each at the lowest aligned offset that does not
-overlap an already placed block of an *interfering* variable (one live at a common step).  This is
-first-fit, as in tinygrad's planner; it is deterministic, and it never places two interfering
-variables on common bytes, which is the property the runtime depends on.  Tiles with the same
-*signature* (the same variables with the same byte counts) get the same plan, computed once: a
-tensor spread linearly over 1472 tiles gives a handful of distinct signatures, not 1472.
+Two regions, as on the IPU.  A tile's memory is a non-interleaved region and, from
+``target.interleaved_memory_start``, an interleaved one, where consecutive 64-bit words alternate
+between two banks so 128-bit loads and stores work; a variable a vertex field declared
+``interleaved`` touches (the AMP's partial sums) must lie there, 16-byte aligned.  Each region
+is planned on its own, from its start.
+
+Allocation, per tile and region: always-live blocks in variable order from the region's start;
+then not-always-live blocks, largest first (ties by variable index), each at the lowest aligned
+offset that does not overlap an already placed block of an *interfering* variable (one live at a
+common step).  This is first-fit, as in tinygrad's planner; it is deterministic, and it never
+places two interfering variables on common bytes, which is the property the runtime depends on.
+Tiles with the same *signature* (the same variables with the same byte counts) get the same plan,
+computed once: a tensor spread linearly over 1472 tiles gives a handful of distinct signatures,
+not 1472.  The plan also keeps, per signature, the not-always-live bytes at every step, which
+the memory model (:mod:`gruc.runtime.footprint`) adds exchange buffers to.
+
+Host layout.  The runtime keeps a tile's memory in one host buffer: region 0 from 0, region 1
+from ``interleaved_base`` (the most region 0 holds on any tile, rounded up), so the host holds
+what the tiles hold, not the unused address space below the interleaved start.
 
 Out of memory does not stop planning (Poplar's IPUModel compiles and reports); the plan lists the
 tiles that do not fit, and ``strict=True`` raises :class:`GrucOutOfMemory` naming the worst one.
@@ -39,6 +51,7 @@ import numpy as np
 
 from gruc.errors import GrucMappingError, GrucOutOfMemory
 from gruc.ir.module import Module
+from gruc.ir.program import Execute
 from gruc.passes.addresses import count_runs, repeats_rows, tile_runs
 from gruc.passes.liveness import Liveness, analyse_liveness
 from gruc.passes.memory_plan import MemoryPlan, TileOverflow
@@ -85,16 +98,31 @@ def _first_period(graph, variable) -> np.ndarray:
     return graph.element_tiles(variable)
 
 
-def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
-                    liveness: Liveness) -> tuple[np.ndarray, int, int, int]:
-    """Offsets (in the given block order), always-live bytes, not-always-live peak, total."""
-    offsets = np.zeros(len(variables), dtype=np.int64)
+INTERLEAVED_ALIGNMENT = 16
+"""Alignment of interleaved blocks: the AMP's partials field is declared 16-byte aligned."""
+
+
+@dataclass(frozen=True)
+class _SignaturePlan:
+    offsets: np.ndarray
+    """Each block's offset from its region's start (in the signature's block order)."""
+    always_live: int
+    not_always_live_by_step: np.ndarray
+    """Bytes of not-always-live blocks occupied at each step (int64, one per step)."""
+    ends: tuple[int, int]
+    """Highest offset used in each region (gaps included)."""
+
+
+def _plan_region(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
+                 liveness: Liveness, offsets: np.ndarray) -> tuple[int, np.ndarray, int]:
+    """Place one region's blocks (writing ``offsets``): always-live bytes, not-always-live bytes
+    by step, and the region's end."""
     al = np.flatnonzero(always)
     offsets[al] = np.cumsum(sizes[al]) - sizes[al]
     al_end = int(sizes[al].sum())
     nal = np.flatnonzero(~always)
     total = al_end
-    peak = 0
+    by_step = np.zeros(liveness.num_steps, dtype=np.int64)
     if len(nal):
         nal = nal[np.lexsort((variables[nal], -sizes[nal]))]
         live = liveness.step_matrix(variables[nal])
@@ -109,9 +137,55 @@ def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray
             placed_start[i], placed_end[i] = start, start + nal_sizes[i]
         offsets[nal] = placed_start
         total = max(total, int(placed_end.max()))
-        if live.shape[1]:
-            peak = int((nal_sizes @ live.astype(np.int64)).max())
-    return offsets, al_end, peak, total
+        by_step = nal_sizes @ live.astype(np.int64)
+    return al_end, by_step, total
+
+
+def _plan_signature(variables: np.ndarray, sizes: np.ndarray, always: np.ndarray,
+                    interleaved: np.ndarray, liveness: Liveness) -> _SignaturePlan:
+    """Each region of one tile signature planned on its own (see the module docstring)."""
+    offsets = np.zeros(len(variables), dtype=np.int64)
+    always_live, by_step, ends = 0, np.zeros(liveness.num_steps, dtype=np.int64), []
+    for region in (~interleaved, interleaved):
+        at = np.flatnonzero(region)
+        if not len(at):
+            ends.append(0)
+            continue
+        part = np.zeros(len(at), dtype=np.int64)
+        al, steps, end = _plan_region(variables[at], sizes[at], always[at], liveness, part)
+        offsets[at] = part
+        always_live += al
+        by_step = by_step + steps
+        ends.append(end)
+    return _SignaturePlan(offsets, always_live, by_step, (ends[0], ends[1]))
+
+
+def interleaved_variables(module: Module, liveness: Liveness) -> np.ndarray:
+    """Per variable of the graph: whether some vertex the module runs touches it through a field
+    that must lie in interleaved memory."""
+    flags = np.zeros(len(module.graph.variables), dtype=bool)
+    seen = set()
+    for step in liveness.steps:
+        node = step.node
+        if not isinstance(node, Execute) or id(node.compute_set) in seen:
+            continue
+        seen.add(id(node.compute_set))
+        for vertex in node.compute_set.vertices:
+            for name, field in vertex.kind.fields.items():
+                if field.interleaved and name in vertex.fields:
+                    tensors = vertex.fields[name]
+                    for tensor in tensors if isinstance(tensors, tuple) else (tensors,):
+                        for variable in tensor.variables():
+                            flags[variable.index] = True
+    return flags
+
+
+def tile_total(ends: np.ndarray, interleaved_start: int) -> np.ndarray:
+    """A tile's highest address (gaps included) from its regions' ends ``[2, tiles]``: the
+    interleaved region starts at ``interleaved_start``, or right after a non-interleaved region
+    that has outgrown it (Poplar's overflowed allocations)."""
+    base = np.maximum(ends[0], interleaved_start)
+    return np.where(ends[1] > 0, base + ends[1], ends[0])
 
 
 def plan_memory(module: Module, liveness: Liveness | None = None, *,
@@ -172,7 +246,10 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     joined = (lambda k: np.concatenate([block[k] for block in blocks]) if blocks
               else np.zeros(0, np.int64))
     block_variable, block_tile, block_nbytes = joined(0), joined(1), joined(2)
-    block_size = _align(block_nbytes, alignment)
+    interleaved_set = interleaved_variables(module, liveness)
+    block_interleaved = interleaved_set[block_variable]
+    block_size = _align(block_nbytes, np.where(block_interleaved,
+                                               max(alignment, INTERLEAVED_ALIGNMENT), alignment))
     always_set = np.zeros(len(graph.variables), dtype=bool)
     always_set[list(liveness.always_live)] = True
     block_always = always_set[block_variable]
@@ -183,20 +260,33 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     cuts = np.flatnonzero(np.diff(tiles_sorted)) + 1
     block_offset = np.zeros(len(block_variable), dtype=np.int64)
     always_live_bytes = np.zeros(num_tiles, dtype=np.int64)
-    nal_bytes = np.zeros(num_tiles, dtype=np.int64)
-    total_bytes = np.zeros(num_tiles, dtype=np.int64)
-    plans: dict[tuple, tuple] = {}
+    region_ends = np.zeros((2, num_tiles), dtype=np.int64)
+    tile_signature = np.full(num_tiles, -1, dtype=np.int64)
+    plans: dict[tuple, int] = {}
+    signature_plans: list[_SignaturePlan] = []
     for group in np.split(by_tile, cuts) if len(by_tile) else []:
         variables, sizes = block_variable[group], block_size[group]
         signature = (variables.tobytes(), sizes.tobytes())
-        plan = plans.get(signature)
-        if plan is None:
-            plan = plans[signature] = _plan_signature(variables, sizes, block_always[group],
-                                                      liveness)
-        offsets, al, peak, total = plan
+        number = plans.get(signature)
+        if number is None:
+            number = plans[signature] = len(signature_plans)
+            signature_plans.append(_plan_signature(variables, sizes, block_always[group],
+                                                   block_interleaved[group], liveness))
+        plan = signature_plans[number]
         tile = int(block_tile[group[0]])
-        block_offset[group] = offsets
-        always_live_bytes[tile], nal_bytes[tile], total_bytes[tile] = al, peak, total
+        block_offset[group] = plan.offsets
+        always_live_bytes[tile] = plan.always_live
+        region_ends[:, tile] = plan.ends
+        tile_signature[tile] = number
+    nal_by_step = (np.stack([plan.not_always_live_by_step for plan in signature_plans])
+                   if signature_plans else np.zeros((0, liveness.num_steps), dtype=np.int64))
+    nal_bytes = np.zeros(num_tiles, dtype=np.int64)
+    used = tile_signature >= 0
+    if nal_by_step.shape[1]:
+        nal_bytes[used] = nal_by_step.max(axis=1)[tile_signature[used]]
+    interleaved_base = int(_align(int(region_ends[0].max(initial=0)), INTERLEAVED_ALIGNMENT))
+    block_offset[block_interleaved] += interleaved_base
+    total_bytes = tile_total(region_ends, target.interleaved_memory_start)
 
     overflows = []
     for tile in np.flatnonzero(total_bytes > capacity).tolist():
@@ -209,7 +299,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     # a run's place on its tile: the bytes of its variable before it there, past its block's start
     run_within += block_offset[run_block]
     arrays = [block_variable, block_tile, block_offset, block_nbytes, block_size,
-              always_live_bytes, nal_bytes, total_bytes, runs]
+              always_live_bytes, nal_bytes, total_bytes, runs, block_interleaved, region_ends,
+              tile_signature, nal_by_step]
     for array in arrays:
         array.flags.writeable = False
     segments.flags.writeable = False
@@ -219,7 +310,10 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         block_nbytes=block_nbytes, block_size=block_size, always_live_bytes=always_live_bytes,
         not_always_live_bytes=nal_bytes, total_bytes=total_bytes,
         tiles_over_capacity=tuple(overflows), allocated=frozenset(allocated),
-        num_signatures=len(plans), _graph=graph, _runs=runs, _segments=segments)
+        num_signatures=len(plans), block_interleaved=block_interleaved,
+        region_ends=region_ends, interleaved_base=interleaved_base,
+        tile_signature=tile_signature, signature_not_always_live_by_step=nal_by_step,
+        _graph=graph, _runs=runs, _segments=segments)
     if strict and overflows:
         worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
         others = len(overflows) - 1

@@ -143,7 +143,7 @@ class LayerPlan:
             "first_overflow_tensors": None if first is None else ", ".join(
                 f"{name} ({nbytes} B)" for name, nbytes in first.largest),
             "max_tile_bytes": report.max_tile_bytes,
-            "tiles_used": int(np.count_nonzero(report.total_bytes)),
+            "tiles_used": report.footprint.tiles_used,
             "always_live_bytes": int(report.always_live_bytes.sum()),
             "not_always_live_max_bytes": int(report.not_always_live_max_bytes.sum()),
             "exchange_bytes": report.exchange_bytes,

@@ -241,8 +241,8 @@ class _Counter:
 def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -> Report:
     """The report of ``compiled`` as if its steps had run ``counts`` times."""
     plan = compiled.plan
-    return Report(compiled.module.graph.target, plan, plan.liveness.steps, compiled.costs, counts,
-                  seconds)
+    return Report(compiled.module.graph.target, compiled.footprint, plan.liveness.steps,
+                  compiled.costs, counts, seconds)
 
 
 def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[int] = (0,),

@@ -68,6 +68,9 @@ class GruLayerConfig(GrucModel):
     tiles_per_ipu: int | None = Field(None, ge=1, le=MAX_TILES_PER_IPU,
                                       description="Default: all of the device's (ipu2: 1472).")
     ipus: int = Field(1, ge=1, le=MAX_IPUS)
+    compile_ipu_code: bool = Field(
+        True, description="Compile the program to IPU code, so memory holds code (poplibs' "
+                          "test IPUModels did not: IPUModel::compileIPUCode false).")
     ignore_data: bool = Field(
         False, description="Nothing read back (poplibs' --ignore-data): no host reads, so no "
                            "output is checked and what only the host would read is not kept "
@@ -138,7 +141,8 @@ class GruLayerConfig(GrucModel):
         return self
 
     def target(self) -> Target:
-        return Target.of(self.device_type, num_ipus=self.ipus, tiles_per_ipu=self.tiles_per_ipu)
+        return Target.of(self.device_type, num_ipus=self.ipus, tiles_per_ipu=self.tiles_per_ipu,
+                         compile_ipu_code=self.compile_ipu_code)
 
     def options(self) -> dict[str, Any]:
         """poplibs GRU options: ``inferenceOnly`` always, the others only when given."""

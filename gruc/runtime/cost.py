@@ -39,8 +39,8 @@ COPY_BYTES_PER_CYCLE = 8
 Estimator = Callable[[Vertex, np.ndarray, Target], np.ndarray]
 CYCLE_ESTIMATORS: dict[str, Estimator] = {}
 
-ExchangeEstimator = Callable[[Vertex, Graph], tuple[np.ndarray, np.ndarray, bool]]
-"""Bytes each tile receives and sends for a vertex, and whether any of them crosses IPUs."""
+ExchangeEstimator = Callable[[Vertex, Graph, "Traffic"], None]
+"""Adds to a step's traffic what a vertex's operands move: the elements each tile receives."""
 EXCHANGE_ESTIMATORS: dict[str, ExchangeEstimator] = {}
 """Exchange of kinds whose fields do not pair element by element with the split field (a matmul's
 operand blocks go to every tile that uses them); other kinds get the elementwise rule."""
@@ -64,6 +64,46 @@ def exchange_estimator(kind: str) -> Callable[[ExchangeEstimator], ExchangeEstim
         return fn
 
     return register
+
+
+class Traffic:
+    """What one step's exchange moves: bytes each tile receives and sends, the (receiver, sender)
+    pairs that exchange (each a message: its code is instructions on both tiles), and whether any
+    transfer crosses an IPU."""
+
+    def __init__(self, target: Target) -> None:
+        self.num_tiles = target.num_tiles
+        self.tiles_per_ipu = target.tiles_per_ipu
+        self.bytes_in = np.zeros(self.num_tiles, dtype=np.int64)
+        self.bytes_out = np.zeros(self.num_tiles, dtype=np.int64)
+        self.crossing = False
+        self._pairs: list[np.ndarray] = []
+
+    def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int) -> None:
+        """One transfer of ``size`` bytes per (receiver, sender) entry."""
+        if not len(receivers):
+            return
+        receivers, senders = receivers.astype(np.int64), senders.astype(np.int64)
+        self.bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
+        self.bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
+        self.pairs(np.unique(receivers * self.num_tiles + senders))
+
+    def pairs(self, keys: np.ndarray) -> None:
+        """Note the messages ``receiver * num_tiles + sender`` (bytes accounted elsewhere)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        self._pairs.append(keys)
+        per_ipu = self.tiles_per_ipu
+        self.crossing = self.crossing or bool(np.any(
+            keys // self.num_tiles // per_ipu != keys % self.num_tiles // per_ipu))
+
+    def peers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per tile: how many tiles it receives from, and how many it sends to."""
+        if not self._pairs:
+            zeros = np.zeros(self.num_tiles, dtype=np.int64)
+            return zeros, zeros.copy()
+        keys = np.unique(np.concatenate(self._pairs))
+        return (np.bincount(keys // self.num_tiles, minlength=self.num_tiles).astype(np.int64),
+                np.bincount(keys % self.num_tiles, minlength=self.num_tiles).astype(np.int64))
 
 
 def elementwise_cycles(elements: np.ndarray, vector_width: int, per_vector: int) -> np.ndarray:
@@ -91,6 +131,10 @@ class StepCost:
     """Exchange bytes each tile sends."""
     exchange_by_tile: np.ndarray
     """Cycles each tile exchanges (int64): its larger direction, in or out, at the step's rate."""
+    peers_in_by_tile: np.ndarray
+    """Tiles each tile receives from in this step (its incoming messages)."""
+    peers_out_by_tile: np.ndarray
+    """Tiles each tile sends to in this step (its outgoing messages)."""
     compute_cycles: int
     exchange_cycles: int
     sync_cycles: int
@@ -171,8 +215,7 @@ class _StepCoster:
     def zeros(self) -> np.ndarray:
         return np.zeros(self.num_tiles, dtype=np.int64)
 
-    def remote(self, reads: list[Read], bytes_in: np.ndarray, bytes_out: np.ndarray,
-               crossing: list[bool]) -> None:
+    def remote(self, reads: list[Read], traffic: Traffic) -> None:
         """Account the elements of each read whose tile differs from its home: one transfer per
         (element, receiver) of each read.  A step's reads are compared with their homes a batch
         at a time (a GRU step reads thousands of small tensors, nearly all wholly local); only
@@ -197,10 +240,10 @@ class _StepCoster:
             for j in nonempty[some_away].tolist():
                 tensor, home = batch[j]
                 self.remote_by_element(tensor, home, tiles[j], away[ends[j] - lengths[j]:ends[j]],
-                                       bytes_in, bytes_out, crossing)
+                                       traffic)
         for k in sorted(by_tile):
             tensor, home = reads[k]
-            self.remote_to_tile(tensor, home, bytes_in, bytes_out, crossing)
+            self.remote_to_tile(tensor, home, traffic)
 
     def held_elsewhere(self, tensor: Tensor, home: int,
                        sources: dict[int, np.ndarray | None]) -> bool:
@@ -230,8 +273,7 @@ class _StepCoster:
         return bool(small) and bool(np.any(np.concatenate(small) != home))
 
     def remote_by_element(self, tensor: Tensor, home: np.ndarray, tiles: np.ndarray,
-                          away: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
-                          crossing: list[bool]) -> None:
+                          away: np.ndarray, traffic: Traffic) -> None:
         """Account the ``away`` elements of a read whose elements have their own readers
         (``home``; ``tiles`` hold them).  An element named twice, by a broadcast, moves once to
         each tile that reads it; a view that names each element once needs no such search."""
@@ -243,18 +285,9 @@ class _StepCoster:
             pairs = distinct(ids * self.num_tiles + home[away])  # one per (element, receiver)
             receivers = pairs % self.num_tiles
             senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        self.transfers(receivers, senders, tensor.dtype.size, bytes_in, bytes_out, crossing)
+        traffic.transfers(receivers, senders, tensor.dtype.size)
 
-    def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int,
-                  bytes_in: np.ndarray, bytes_out: np.ndarray, crossing: list[bool]) -> None:
-        """Account one transfer of ``size`` bytes per (receiver, sender) pair."""
-        bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
-        bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
-        per_ipu = self.target.tiles_per_ipu
-        crossing.append(bool(np.any(receivers // per_ipu != senders // per_ipu)))
-
-    def remote_to_tile(self, tensor: Tensor, home: int, bytes_in: np.ndarray,
-                       bytes_out: np.ndarray, crossing: list[bool]) -> None:
+    def remote_to_tile(self, tensor: Tensor, home: int, traffic: Traffic) -> None:
         """Account a read by one tile: each distinct element held elsewhere is one transfer."""
         if id(tensor) not in self.senders:
             held = self.graph.element_tiles_of_ids(distinct(tensor.flat_ids())).astype(np.int64)
@@ -264,13 +297,14 @@ class _StepCoster:
         _, per_tile, ipus = self.senders[id(tensor)]
         size = tensor.dtype.size
         local = int(per_tile[home])
-        bytes_in[home] += (int(per_tile.sum()) - local) * size
-        bytes_out += per_tile * size
-        bytes_out[home] -= local * size
-        crossing.append(bool(ipus - {home // self.target.tiles_per_ipu}))
+        traffic.bytes_in[home] += (int(per_tile.sum()) - local) * size
+        traffic.bytes_out += per_tile * size
+        traffic.bytes_out[home] -= local * size
+        holders = np.flatnonzero(per_tile)
+        traffic.pairs(home * self.num_tiles + holders[holders != home])
 
-    def vertex(self, vertex: Vertex, compute: np.ndarray, bytes_in: np.ndarray,
-               bytes_out: np.ndarray, crossing: list[bool], reads: list[Read]) -> None:
+    def vertex(self, vertex: Vertex, compute: np.ndarray, traffic: Traffic,
+               reads: list[Read]) -> None:
         """Add the vertex's compute and exchange; the reads its exchange is found from are left
         in ``reads`` for :meth:`remote`."""
         tensors = [tensor for _, tensor in vertex.tensors()]
@@ -287,15 +321,11 @@ class _StepCoster:
             compute += estimator(vertex, elements, self.target)
         exchange = EXCHANGE_ESTIMATORS.get(vertex.kind.name)
         if exchange is not None:
-            received, sent, crosses = exchange(vertex, self.graph)
-            bytes_in += received
-            bytes_out += sent
-            crossing.append(crosses)
+            exchange(vertex, self.graph, traffic)
             return
         reads.extend((tensor, home if vertex.tile is None else vertex.tile) for tensor in tensors)
 
-    def copy(self, node: Copy, compute: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
-             crossing: list[bool]) -> None:
+    def copy(self, node: Copy, compute: np.ndarray, traffic: Traffic) -> None:
         """Local bytes are copied on their tile; each source element held elsewhere is sent to its
         destination's tile (once per receiver if the source names it more than once).  A copy
         between two sequences the graph stores as one step each is counted on their first rows,
@@ -320,37 +350,40 @@ class _StepCoster:
             dst_tiles, src_tiles = dst_tiles.astype(np.int64).reshape(-1), \
                 src_tiles.astype(np.int64).reshape(-1)
             self.remote_by_element(node.src, dst_tiles, src_tiles, dst_tiles != src_tiles,
-                                   bytes_in, bytes_out, crossing)
+                                   traffic)
         else:  # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
-            bytes_in += received * size
-            bytes_out += sent * size
-            crossing.append(crosses)
+            traffic.bytes_in += received * size
+            traffic.bytes_out += sent * size
+            traffic.pairs(_copy_pairs(dst_row, src_row, self.num_tiles))
+            traffic.crossing = traffic.crossing or crosses
 
     def step(self, step: Step) -> StepCost:
         """One step's cost.  Exchange takes the busiest tile's larger direction (in or out) at the
         on-IPU rate, or at the inter-IPU rate with the inter-IPU sync when any transfer crosses an
         IPU; ``WriteUndef`` and ``PrintTensor`` cost nothing, not even a sync."""
         node = step.node
-        compute, bytes_in, bytes_out = self.zeros(), self.zeros(), self.zeros()
-        crossing: list[bool] = []
+        compute = self.zeros()
+        traffic = Traffic(self.target)
         sync = self.target.sync_cycles
         if isinstance(node, Execute):
             reads: list[Read] = []
             for vertex in node.compute_set.vertices:
-                self.vertex(vertex, compute, bytes_in, bytes_out, crossing, reads)
-            self.remote(reads, bytes_in, bytes_out, crossing)
+                self.vertex(vertex, compute, traffic, reads)
+            self.remote(reads, traffic)
         elif isinstance(node, Copy):
-            self.copy(node, compute, bytes_in, bytes_out, crossing)
+            self.copy(node, compute, traffic)
         elif isinstance(node, (WriteUndef, PrintTensor)):
             sync = 0
         # Sync, and the predicate read of If / RepeatWhileTrue: a sync, nothing computed or moved
-        rate = (self.target.inter_ipu_exchange_bytes_per_cycle if any(crossing)
+        rate = (self.target.inter_ipu_exchange_bytes_per_cycle if traffic.crossing
                 else self.target.exchange_bytes_per_cycle)
-        exchange = np.ceil(np.maximum(bytes_in, bytes_out) / rate).astype(np.int64)
-        if any(crossing):
+        exchange = np.ceil(np.maximum(traffic.bytes_in, traffic.bytes_out) / rate).astype(np.int64)
+        if traffic.crossing:
             sync = max(sync, self.target.inter_ipu_sync_cycles)
-        return StepCost(compute, bytes_in, bytes_out, exchange, int(compute.max(initial=0)),
-                        int(exchange.max(initial=0)), sync)
+        peers_in, peers_out = traffic.peers()
+        return StepCost(compute, traffic.bytes_in, traffic.bytes_out, exchange, peers_in,
+                        peers_out, int(compute.max(initial=0)), int(exchange.max(initial=0)),
+                        sync)
 
 
 def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -361,6 +394,18 @@ def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:
     flat = np.ascontiguousarray((tiles[0] if alike else tiles).reshape(-1)).view()
     flat.flags.writeable = False  # always read-only: one compiled _copy_counts, not four
     return flat, alike
+
+
+def _copy_pairs(dst_tiles: np.ndarray, src_tiles: np.ndarray, num_tiles: int) -> np.ndarray:
+    """The (receiver, sender) pairs of a copy whose sides' element tiles are ``dst_tiles`` and
+    ``src_tiles`` (one row of each when their rows repeat: the same pairs every row)."""
+    if len(dst_tiles) != len(src_tiles):  # one side repeats its rows, the other does not
+        rows = max(len(dst_tiles), len(src_tiles)) // max(min(len(dst_tiles), len(src_tiles)), 1)
+        dst_tiles = np.tile(dst_tiles, rows) if len(dst_tiles) < len(src_tiles) else dst_tiles
+        src_tiles = np.tile(src_tiles, rows) if len(src_tiles) < len(dst_tiles) else src_tiles
+    dst, src = dst_tiles.astype(np.int64), src_tiles.astype(np.int64)
+    away = dst != src
+    return np.unique(dst[away] * num_tiles + src[away])
 
 
 @njit(cache=True, nogil=True)

@@ -34,6 +34,7 @@ from gruc.passes.rewrite import require_valid, verified
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
+from gruc.runtime.footprint import MEMORY_MODELS, Footprint, memory_footprint
 from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report
@@ -53,19 +54,26 @@ class CompiledProgram:
     costs: tuple[StepCost, ...] | None
     """None when compiled with ``costs=False``."""
     seconds: float
+    footprint: Footprint | None = None
+    """Every byte of every tile by category (with the costs, which it needs)."""
 
 
 @deferred_full_collections()
 def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
                     pipeline: str | None = None, strict_memory: bool = False,
-                    costs: bool = True) -> CompiledProgram:
-    """Run the pipeline, verify, plan memory and (with ``costs``) cost every step — without
-    lowering to addresses.
+                    costs: bool = True, memory_model: str = "poplar") -> CompiledProgram:
+    """Run the pipeline, verify, plan memory and (with ``costs``) cost every step and count
+    every tile's memory by category (:mod:`gruc.runtime.footprint`, ``memory_model``) —
+    without lowering to addresses.
 
     This is the part of an :class:`Engine`'s compile that its report depends on; planning studies
     (:mod:`gruc.plan`) call it alone, since lowering and kernel preparation only serve running.
-    An engine leaves the costs to its report, which computes them when first asked.
+    An engine leaves the costs to its report, which computes them when first asked (unless
+    ``strict_memory``: whether a tile fits needs its whole footprint).
     """
+    if memory_model not in MEMORY_MODELS:
+        raise GrucValueError(f"memory model {memory_model!r} is not one of: "
+                             + ", ".join(MEMORY_MODELS))
     if isinstance(programs, Program):
         programs = [programs]
     start = time.perf_counter()
@@ -80,14 +88,24 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
         module = run_pipeline(module, pipeline).module
     require_valid(module)  # free for a pass's output: valid by contract
     plan = plan_memory(module)
-    if strict_memory and not plan.fits:
-        worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
-        raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
-                              f"tile(s) over capacity in all")
-    step_cost = step_costs(module.graph, plan.liveness.steps) if costs else None
-    compiled = CompiledProgram(module, plan, step_cost, time.perf_counter() - start)
+    step_cost = step_costs(module.graph, plan.liveness.steps) if costs or strict_memory else None
+    footprint = (memory_footprint(module, plan, step_cost, memory_model)
+                 if step_cost is not None else None)
+    if strict_memory:
+        check_fits(footprint)
+    compiled = CompiledProgram(module, plan, step_cost if costs else None,
+                               time.perf_counter() - start, footprint)
     note_release(compiled)  # its graph is garbage for the cyclic collector once it is gone
     return compiled
+
+
+def check_fits(footprint: Footprint) -> None:
+    """Raise :class:`GrucOutOfMemory` naming the worst tile if some tile does not fit."""
+    if footprint.fits:
+        return
+    overflows = footprint.tiles_over_capacity
+    worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
+    raise GrucOutOfMemory(f"out of memory: {worst}; {len(overflows)} tile(s) over capacity in all")
 
 
 def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipeline: object,
@@ -116,13 +134,15 @@ class Engine:
     @deferred_full_collections()
     def __init__(self, graph: Graph, programs: Sequence[Program] | Program, *,
                  pipeline: str | None = None, strict_memory: bool = False,
-                 backend: str = "numba", checked: bool = False) -> None:
+                 backend: str = "numba", checked: bool = False,
+                 memory_model: str = "poplar") -> None:
         self._unwritten_reads = check_engine_args(graph, programs, pipeline, strict_memory, backend)
         if not isinstance(checked, (bool, np.bool_)):
             raise GrucTypeError(f"checked must be True or False, got {checked!r}")
         start = time.perf_counter()
         compiled = compile_program(graph, programs, pipeline=pipeline, strict_memory=strict_memory,
-                                   costs=False)
+                                   costs=False, memory_model=memory_model)
+        self.memory_model = memory_model
         module, plan = compiled.module, compiled.plan
         self.compiled = compiled
         """The module after the pipeline and its memory plan, held as long as the engine: its
@@ -161,10 +181,17 @@ class Engine:
         return step_costs(self.module.graph, self.plan.liveness.steps)
 
     @cached_property
+    def footprint(self) -> Footprint:
+        """Every tile's memory by category, counted when first asked for (it needs the costs)."""
+        if self.compiled.footprint is not None:
+            return self.compiled.footprint
+        return memory_footprint(self.module, self.plan, self.costs, self.memory_model)
+
+    @cached_property
     def report(self) -> Report:
         """Memory, exchange and cycles; its step counts follow the runs made so far."""
-        return Report(self.module.graph.target, self.plan, self.plan.liveness.steps, self.costs,
-                      self.interpreter.step_counts, self.compile_seconds)
+        return Report(self.module.graph.target, self.footprint, self.plan.liveness.steps,
+                      self.costs, self.interpreter.step_counts, self.compile_seconds)
 
     @property
     def printed(self) -> list[tuple[str, np.ndarray]]:

@@ -288,7 +288,7 @@ class _Lowering:
         self.plan = plan
         self.steps = liveness.steps
         self.next_step = 0
-        self.tile_stride = host_tile_stride(plan.max_total_bytes)
+        self.tile_stride = host_tile_stride(plan.host_extent)
         self.leaves: list = [None] * len(self.steps)
         self.functions = module.functions
         self.function_index = {id(f): k for k, f in enumerate(self.functions)}

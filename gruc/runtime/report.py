@@ -24,8 +24,9 @@ import numpy as np
 
 from gruc.errors import GrucValueError
 from gruc.passes.steps import Step
-from gruc.passes.plan_memory import MemoryPlan, TileOverflow
+from gruc.passes.plan_memory import TileOverflow
 from gruc.runtime.cost import StepCost
+from gruc.runtime.footprint import Footprint
 from gruc.target import Target
 
 
@@ -131,10 +132,10 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
 class Report:
     """Memory, exchange and cycle figures of a compiled (and maybe run) program."""
 
-    def __init__(self, target: Target, plan: MemoryPlan, steps: tuple[Step, ...],
+    def __init__(self, target: Target, footprint: Footprint, steps: tuple[Step, ...],
                  costs: tuple[StepCost, ...], step_counts: np.ndarray, compile_seconds: float) -> None:
         self.target = target
-        self.plan = plan
+        self.footprint = footprint
         self.steps = steps
         self.costs = costs
         self.step_counts = step_counts
@@ -143,30 +144,44 @@ class Report:
     # ---- memory -------------------------------------------------------------------------------
     @property
     def fits(self) -> bool:
-        return self.plan.fits
+        return self.footprint.fits
 
     @property
     def tiles_over_capacity(self) -> tuple[TileOverflow, ...]:
-        return self.plan.tiles_over_capacity
+        return self.footprint.tiles_over_capacity
 
     @property
     def always_live_bytes(self) -> np.ndarray:
-        """Per tile: bytes of always-live variables."""
-        return self.plan.always_live_bytes
+        """Per tile: always-live bytes (tensors, code, vertex state, control and exchange code)."""
+        return self.footprint.always_live_bytes
 
     @property
     def not_always_live_max_bytes(self) -> np.ndarray:
-        """Per tile: peak bytes of not-always-live variables over the program's steps."""
-        return self.plan.not_always_live_bytes
+        """Per tile: peak bytes of not-always-live tensors and exchange buffers over the steps."""
+        return self.footprint.not_always_live_peak
 
     @property
     def total_bytes(self) -> np.ndarray:
-        """Per tile: highest allocated address (includes gaps left by the allocator)."""
-        return self.plan.total_bytes
+        """Per tile: its highest address in use (gaps, and the interleaved region's start,
+        included)."""
+        return self.footprint.total_including_gaps
 
     @property
     def max_tile_bytes(self) -> int:
-        return self.plan.max_total_bytes
+        return self.footprint.max_tile_bytes
+
+    @property
+    def total_memory(self) -> int:
+        """Poplar's total memory: always-live bytes plus each tile's not-always-live peak."""
+        return self.footprint.total_memory()
+
+    def memory_by_category(self) -> dict[str, int]:
+        """Bytes of each category over all tiles (not-always-live ones at each tile's peak)."""
+        result = {name: int(values.sum()) for name, values in self.footprint.always_live.items()}
+        for name, values in self.footprint.not_always_live.items():
+            key = name if name != "variable" else "variable (not always live)"
+            result[key] = int(values.sum())
+        return result
 
     # ---- exchange and cycles --------------------------------------------------------------------
     def _weighted(self, attribute: str) -> np.ndarray:
@@ -245,6 +260,14 @@ class Report:
                 "max_tile_bytes": self.max_tile_bytes,
                 "always_live_bytes": int(self.always_live_bytes.sum()),
                 "not_always_live_max_bytes": int(self.not_always_live_max_bytes.sum()),
+                "total_memory": self.total_memory,
+                "model": self.footprint.model,
+                "interleaved_bytes_by_tile": self.footprint.interleaved_bytes.tolist(),
+                "always_live_by_category": {
+                    name: values.tolist() for name, values in self.footprint.always_live.items()},
+                "not_always_live_peak_by_category": {
+                    name: values.tolist()
+                    for name, values in self.footprint.not_always_live.items()},
                 "tiles_over_capacity": [
                     {"tile": o.tile, "bytes": o.bytes, "capacity": o.capacity,
                      "largest": [{"name": n, "bytes": b} for n, b in o.largest]}
@@ -277,7 +300,7 @@ class Report:
         """The few lines every command prints after a compile or run: memory, cycles,
         exchange, and the worst tile, so a glance says whether the layer fits and why not."""
         cycles = self.cycles
-        used = int(np.count_nonzero(self.total_bytes))
+        used = self.footprint.tiles_used
         lines = [
             f"target            {self.target.describe()}",
             f"fits              {'yes' if self.fits else 'NO'}"
@@ -289,6 +312,9 @@ class Report:
             f"{int(self.always_live_bytes.max(initial=0))} B max per tile",
             f"not-always-live   {int(self.not_always_live_max_bytes.sum())} B total peak, "
             f"{int(self.not_always_live_max_bytes.max(initial=0))} B max per tile",
+            f"total memory      {self.total_memory} B (Poplar's: always-live + each tile's "
+            "not-always-live peak)",
+            *self._category_lines(),
             f"exchange          {self.exchange_bytes} B",
             f"cycles            {cycles.total} total = {cycles.compute} compute + "
             f"{cycles.exchange} exchange + {cycles.sync} sync "
@@ -301,6 +327,23 @@ class Report:
         lines.append(f"compile           {self.compile_seconds:.3f} s")
         for overflow in self.tiles_over_capacity[:3]:
             lines.append(f"  over capacity: {overflow}")
+        return lines
+
+    def _category_lines(self) -> list[str]:
+        """Memory by category, all tiles, and on the fullest tile."""
+        if self.footprint.model == "tensors":
+            return ["  by category     tensors only (--memory-model tensors)"]
+        tile = int(np.argmax(self.total_bytes)) if self.target.num_tiles else 0
+        lines = [f"  by category     all tiles / fullest tile ({tile}):"]
+        shown = dict(self.footprint.always_live)
+        for name, values in self.footprint.not_always_live.items():
+            shown[f"{name} (not always live)" if name == "variable" else name] = values
+        for name, values in shown.items():
+            lines.append(f"    {name:<34}{int(values.sum()):>12} B {int(values[tile]):>9} B")
+        interleaved = int(self.footprint.interleaved_bytes[tile])
+        if interleaved:
+            lines.append(f"    {'interleaved region in use':<34}{'':>12}   {interleaved:>9} B "
+                         f"(from byte {self.target.interleaved_memory_start})")
         return lines
 
     def _busiest_tile_line(self) -> str:

@@ -10,19 +10,19 @@ exchanged to it); a second compute set adds the ``Pk`` partials of every output 
 output's tile.  Two supersteps, whatever the number of tiles: the IR holds one vertex for each,
 placed by the tile mapping of the tensor it writes (``split``), not one vertex per tile.
 
-``MatMulPartials(a, b, partials, received) blocks=(gb, mb, kb, nb)``::
+``MatMulPartials(a, b, partials) blocks=(gb, mb, kb, nb) method=...``::
 
     partials[g, ik, i, j] = sum over k in k-block ik of  a[g, i, k] * b[g, k, j]
 
 ``a`` is ``[G, M, K]``, ``b`` ``[G, K, N]`` (same type, half or float), ``partials`` ``[G, Pk, M,
 N]`` (half or float: poplibs' ``partialsType``); products and sums are computed in float32 and
 rounded once when stored.  Each ``partials`` block lies on one tile, a different tile per block;
-that tile is where the block's partial product is computed.  ``received`` (same type as ``a``)
-is the exchange's landing buffer: block ``b``'s tile holds, at offset ``sum of the sizes of
-blocks < b``, its ``a`` block then its ``b`` block (``gb*mb*kb + gb*kb*nb`` elements, row-major).
-It is a field so that the operands a tile receives occupy memory (and liveness) like any tensor.
-The reference engine fills it and computes from it; the compiled engine computes from the operands
-directly (the same numbers) and leaves it unwritten — nothing ever reads it after the vertex.
+that tile is where the block's partial product is computed, from operand elements that, where
+they live on other tiles, the exchange brings to it (the cost and memory models count them).
+``method`` names the vertex a tile runs (poplin's AMP ``ConvPartial1x1Out`` or horizontal MACs,
+with its channel grouping, :class:`~gruc.ir.codelets.conv_costs.ConvMethod`) and ``orientation``
+which of M and N is the convolution's field: they decide the cycles, not the numbers.  The AMP's
+partials are written with 128-bit stores, so its ``partials`` lie in interleaved memory.
 
 ``MatMulReduce(out, partials)``: ``out[g, i, j] = sum over ik of partials[g, ik, i, j]``, summed in
 float32 and rounded to ``out``'s type; ``MatMulReduceAcc(out, partials, scale?) k=``: ``out +=
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 
 from gruc.errors import GrucMappingError, GrucShapeError, GrucTypeError, GrucValueError
+from gruc.ir.codelets.conv_costs import ConvMethod
 from gruc.ir.mapping import UNMAPPED
 from gruc.ir.vertices import InOut, Input, Output, VertexKind, register
 from gruc.types import FLOAT, HALF, DType
@@ -54,18 +55,11 @@ if TYPE_CHECKING:
 MATMUL_TYPES: tuple[DType, ...] = (HALF, FLOAT)
 """Element types of matmul operands, partials and results."""
 
-AMP_LANES = 8
-"""Vectors the accumulating matrix product unit takes per cycle: with the 64-bit data path that is
-16 float or 32 half multiply-accumulates per cycle per tile (Mk2's float figure; its half AMP is
-faster still — an estimate, like the rest of the cycle model)."""
-
-
-def mac_cycles(rows: np.ndarray | int, depth: np.ndarray | int, vector_width: int):
-    """Cycles of ``rows`` dot products of length ``depth`` (``gb*mb*nb`` of them, ``kb`` long)."""
-    vectors = np.asarray(rows, dtype=np.int64) * (-(-np.asarray(depth, dtype=np.int64)
-                                                    // vector_width))
-    return -(-vectors // AMP_LANES)
-
+FIELD_N = "field-n"
+"""Orientation: N is the conv field, M the output channels (poplin's natural matmul form)."""
+FIELD_M = "field-m"
+"""Orientation: M is the conv field, N the output channels (needs rearranging)."""
+ORIENTATIONS = (FIELD_N, FIELD_M)
 
 # ---- block geometry ---------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -176,11 +170,6 @@ class Blocking:
         return tiles[np.ix_(self.g.block_of(), np.arange(self.k.count), self.m.block_of(),
                             self.n.block_of())]
 
-    def received_sizes(self) -> np.ndarray:
-        """Elements of ``received`` each block's tile holds, in block order."""
-        gb, kb, mb, nb = self.block_dims()
-        return (gb * kb * (mb + nb)).reshape(-1)
-
 
 def block_view(array: np.ndarray, parts: Sequence[Part]) -> np.ndarray:
     """The blocks of ``array`` that ``parts`` (one per axis) select: ``[counts..., sizes...]``."""
@@ -189,6 +178,11 @@ def block_view(array: np.ndarray, parts: Sequence[Part]) -> np.ndarray:
     rank = len(parts)
     return array[index].reshape(split).transpose([2 * i for i in range(rank)]
                                                  + [2 * i + 1 for i in range(rank)])
+
+
+def method_of(vertex: "Vertex") -> ConvMethod:
+    """The poplin vertex a ``MatMulPartials`` vertex stands for."""
+    return ConvMethod.of_param(vertex.params["method"])
 
 
 def blocking_of(vertex: "Vertex") -> Blocking:
@@ -215,18 +209,26 @@ def _float_type(name: str, role: str, tensor: "Tensor") -> None:
 
 def _check_partials(vertex: "Vertex") -> None:
     """``a`` ``[G, M, K]`` and ``b`` ``[G, K, N]`` of one float type, ``blocks`` four positive
-    integers, ``partials`` and ``received`` shaped as the blocking says and placed one block per
-    tile."""
+    integers, ``partials`` shaped as the blocking says and placed one block per tile, and a
+    known method and orientation."""
     name = vertex.kind.name
-    a, b, partials, received = (vertex.fields[f] for f in ("a", "b", "partials", "received"))
+    a, b, partials = (vertex.fields[f] for f in ("a", "b", "partials"))
     if a.rank != 3 or b.rank != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise GrucShapeError(f"{name} needs a [G, M, K] and b [G, K, N]; got a {list(a.shape)} "
                              f"and b {list(b.shape)}")
     for role, t in (("a", a), ("b", b), ("partials", partials)):
         _float_type(name, role, t)
-    if b.dtype != a.dtype or received.dtype != a.dtype:
-        raise GrucTypeError(f"{name} a, b and received must have one type; got {a.dtype.name}, "
-                            f"{b.dtype.name} and {received.dtype.name}")
+    if b.dtype != a.dtype:
+        raise GrucTypeError(f"{name} a and b must have one type; got {a.dtype.name} and "
+                            f"{b.dtype.name}")
+    try:
+        ConvMethod.of_param(vertex.params.get("method"))
+    except ValueError as error:
+        raise GrucValueError(f"{name} method: {error}") from None
+    orientation = vertex.params.get("orientation")
+    if orientation not in ORIENTATIONS:
+        raise GrucValueError(f"{name} orientation must be one of {', '.join(ORIENTATIONS)}, got "
+                             f"{orientation!r}")
     blocks = vertex.params["blocks"]
     if (not isinstance(blocks, (tuple, list)) or len(blocks) != 4
             or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in blocks)):
@@ -239,20 +241,14 @@ def _check_partials(vertex: "Vertex") -> None:
     if partials.shape != geometry.partials_shape:
         raise GrucShapeError(f"{name} partials must be {list(geometry.partials_shape)} for blocks "
                              f"{tuple(blocks)}, got {list(partials.shape)}")
-    sizes = geometry.received_sizes()
-    if received.shape != (int(sizes.sum()),):
-        raise GrucShapeError(f"{name} received must be [{int(sizes.sum())}] (an a block and a b "
-                             f"block per tile), got {list(received.shape)}")
-    _check_placement(vertex, geometry, sizes)
+    _check_placement(vertex, geometry)
 
 
-def _check_placement(vertex: "Vertex", geometry: Blocking, sizes: np.ndarray) -> None:
-    """Each partials block on one tile, one block per tile, its received block beside it."""
-    partials, received = vertex.fields["partials"], vertex.fields["received"]
-    graph = partials.graph
-    p_tiles = graph.element_tiles(partials)
-    r_tiles = graph.element_tiles(received)
-    if np.any(p_tiles == UNMAPPED) or np.any(r_tiles == UNMAPPED):
+def _check_placement(vertex: "Vertex", geometry: Blocking) -> None:
+    """Each partials block on one tile, one block per tile."""
+    partials = vertex.fields["partials"]
+    p_tiles = partials.graph.element_tiles(partials)
+    if np.any(p_tiles == UNMAPPED):
         return  # not mapped yet: the verifier reports unmapped tensors itself
     tiles = block_tiles(vertex)
     name = vertex.kind.name
@@ -261,9 +257,6 @@ def _check_placement(vertex: "Vertex", geometry: Blocking, sizes: np.ndarray) ->
     if len(np.unique(tiles)) != tiles.size:
         raise GrucMappingError(f"{name}: two partials blocks share a tile; each tile computes "
                                "one block")
-    if not np.array_equal(np.repeat(tiles.reshape(-1), sizes), r_tiles):
-        raise GrucMappingError(f"{name}: each block's part of received must lie on the tile of "
-                               "its partials block")
 
 
 def _check_reduce(vertex: "Vertex") -> None:
@@ -288,10 +281,10 @@ def _check_reduce(vertex: "Vertex") -> None:
 
 MATMUL_PARTIALS = register(VertexKind(
     "MatMulPartials",
-    {"a": Input(), "b": Input(), "partials": Output(), "received": Output()},
-    params=("blocks",), split="partials", check=_check_partials,
+    {"a": Input(), "b": Input(), "partials": Output(interleaved=True)},
+    params=("blocks", "method", "orientation"), split="partials", check=_check_partials,
     doc="partials[g, ik, i, j] = sum over k-block ik of a[g, i, k] * b[g, k, j]; one block per "
-        "tile, operands exchanged into received."))
+        "tile, with poplin's vertex (method) for its field (orientation)."))
 
 MATMUL_REDUCE = register(VertexKind(
     "MatMulReduce", {"out": Output(), "partials": Input()}, split="out", check=_check_reduce,

@@ -22,12 +22,15 @@ import numpy as np
 from numba import njit
 
 from gruc.ir.graph import Vertex
-from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
+from gruc.ir.layout import Strided
+from gruc.runtime.codelets import poplibs_estimates as pe
+from gruc.runtime.codelets.regions import variable_tiles
+from gruc.runtime.cost import cycle_estimator
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import UNSIGNED_VIEWS, numba_executable_hook
 from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
 from gruc.target import Target
-from gruc.types import DType
+from gruc.types import HALF, DType
 
 
 
@@ -368,17 +371,73 @@ def _group_windows(executable: Executable, hooks: RunHooks) -> dict[int, Prepare
 
 
 # ---- cycles -----------------------------------------------------------------------------------
-ROW_CYCLES = 4
-"""Per window row: computing its base row from the offset and setting up the copy."""
+def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray, bool]:
+    """The contiguous memory regions of ``base``'s first slice (row) on ``tile``, and whether all
+    of ``base``'s rows there are one region — what ``popops/DynamicSlice.cpp`` looks at to pick
+    ``DynamicSlice1d`` (one region, contiguous base) or ``DynamicSlice2d``.
+
+    ``base`` is ``[rows, columns]`` (the sliced dims flattened).  Rows are assumed laid out alike
+    (one pair of neighbouring rows is looked at): every base gruc's builders make is a run of
+    rows of one variable."""
+    variables = base.variables()
+    layout = base.layout()
+    if isinstance(layout, Strided) and base.rank == 2:
+        row_stride, column_stride = layout.strides
+        first = layout.offset + np.arange(columns, dtype=np.int64) * column_stride
+        second = first + row_stride if rows > 1 else first
+    else:
+        ids = base.flat_ids().reshape(rows, columns)
+        first, second = ids[0], ids[1 if rows > 1 else 0]
+        row_stride = None
+    first = np.sort(first)
+    if len(variables) != 1:  # parts of several variables: a region per run of ids
+        breaks = np.flatnonzero(np.diff(first) != 1)
+        return np.diff(np.concatenate(([0], breaks + 1, [len(first)]))), False
+    variable = variables[0]
+    layout_tiles = variable_tiles(variable)
+    local = first - variable.first_id
+    tiles = layout_tiles.tiles_of(local)
+    cuts = []
+    for k in np.flatnonzero((np.diff(local) != 1) | (np.diff(tiles) != 0)).tolist():
+        if tiles[k] != tiles[k + 1] or layout_tiles.tile_between(int(local[k]),
+                                                                  int(local[k + 1]), tile):
+            cuts.append(k + 1)
+    sizes = np.diff(np.array([0, *cuts, len(local)], dtype=np.int64))
+    if len(sizes) != 1 or rows == 1:
+        return sizes, len(sizes) == 1
+    if layout_tiles.repeats and row_stride == layout_tiles.length:
+        # consecutive rows of a sequence: its rows' elements on the tile are exactly these
+        return sizes, bool(layout_tiles.counts()[tile] == columns)
+    after = int(np.min(second)) - variable.first_id
+    return sizes, bool(after > local[-1] and not layout_tiles.tile_between(
+        int(local[-1]), after, tile))
 
 
 @cycle_estimator("DynamicSlice")
 @cycle_estimator("DynamicUpdate")
 def _window_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    """Overhead, a little per row, and one vector of the window copied per cycle (64-bit path)."""
+    """poplibs' dynamic slice vertex on the vertex's tile: ``DynamicSlice1d`` /
+    ``DynamicUpdateSlice1d`` (supervisor) when the first slice of ``base`` is one contiguous
+    region there and all of ``base`` is contiguous, else ``DynamicSlice2d`` /
+    ``DynamicUpdateSlice2d`` workers over the first slice's regions, split between the workers
+    (``numBaseElements`` = the rows of ``base``, ``numSubElements`` = the window's rows)."""
+    cycles = np.zeros(target.num_tiles, dtype=np.int64)
+    base = vertex.fields["base"]
     window = vertex.fields["out" if "out" in vertex.fields else "update"]
-    rows = window.num_elements // window.shape[-1] if window.shape[-1] else 0
-    vectors = -(-window.num_elements // target.vector_width(window.dtype))
-    cycles = np.zeros_like(elements)
-    cycles[vertex.tile] = VERTEX_OVERHEAD_CYCLES + ROW_CYCLES * rows + vectors
+    columns = base.shape[-1]
+    rows = base.num_elements // columns if columns else 0
+    if not rows or vertex.tile is None:
+        return cycles
+    sub = window.num_elements // columns
+    half = base.dtype is HALF
+    width = 4 if half else 2  # getDataPathWidth() / (half ? 16 : 32)
+    workers = target.num_worker_contexts
+    sizes, contiguous = slice_regions(base, rows, columns, vertex.tile)
+    if len(sizes) == 1 and contiguous:
+        cycles[vertex.tile] = pe.dynamic_slice_1d(columns, sub, width, workers)
+        return cycles
+    split = pe.split_regions(np.full(len(sizes), vertex.tile), sizes, width, 2 * width, workers)
+    per_vertex = split.per_vertex(pe.dynamic_slice_2d_region(split.row_size, sub, width, half),
+                                  pe.DYNAMIC_SLICE_2D_BASE)
+    cycles[vertex.tile] = workers * int(per_vertex.max())
     return cycles

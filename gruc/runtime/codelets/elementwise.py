@@ -1,4 +1,4 @@
-"""Elementwise codelets (``Map``, ``MapInPlace``) on both engines, and their cycle estimate.
+"""Elementwise codelets (``Map``, ``MapInPlace``) on both engines, and their cycle estimates.
 
 numpy: the expression's reference semantics (:func:`gruc.ir.expr.compile_evaluator`) over the
 gathered operands.  numba: one generated kernel per expression, type signature and access shape —
@@ -15,6 +15,7 @@ output overwrites, at other elements, what an operand still has to read.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
@@ -22,7 +23,10 @@ import numpy as np
 
 from gruc.ir import expr as ex
 from gruc.ir.graph import Vertex
-from gruc.runtime.cost import cycle_estimator, elementwise_cycles
+from gruc.ir.layout import Strided
+from gruc.runtime.codelets import poplibs_estimates as pe
+from gruc.runtime.codelets.regions import tile_regions
+from gruc.runtime.cost import cycle_estimator
 from gruc.runtime.interp import NUMPY_VERTICES, Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import (KERNEL_HEADER, Unchanged, find_segments, load_kernel,
                                   numba_executable_hook, runs_by_address, streams)
@@ -193,6 +197,13 @@ about what a few elements do, and the per-element gather kernel loads an index p
 operand (measured on a GRU gate: 2,048 elements in runs of 3, staged 15 us, gathered 28 us)."""
 
 
+EXPENSIVE_OPS = {ex.Unary.EXP, ex.Unary.LOG, ex.Unary.SQRT, ex.Unary.RSQRT, ex.Unary.INVERSE,
+                 ex.Unary.SIGMOID, ex.Unary.TANH, ex.Unary.COS, ex.Unary.SIN, ex.Unary.EXPM1,
+                 ex.Unary.LOG1P, ex.Binary.DIV, ex.Binary.POW, ex.Binary.REM, ex.Binary.ATAN2}
+"""Ops that cost a host CPU many times an add (transcendentals, divisions): a tree with one is
+worth staging into contiguous arrays (:data:`STAGED_BELOW`)."""
+
+
 def _expensive(expression: ex.Expr) -> bool:
     return any(isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp))
                and node.op in EXPENSIVE_OPS for node in ex.walk(expression))
@@ -351,28 +362,328 @@ def _prepare_maps(executable: Executable, hooks: RunHooks) -> dict[int, Prepared
 
 
 # ---- cycles -----------------------------------------------------------------------------------
-EXPENSIVE_OPS = {ex.Unary.EXP, ex.Unary.LOG, ex.Unary.SQRT, ex.Unary.RSQRT, ex.Unary.INVERSE,
-                 ex.Unary.SIGMOID, ex.Unary.TANH, ex.Unary.COS, ex.Unary.SIN, ex.Unary.EXPM1,
-                 ex.Unary.LOG1P, ex.Binary.DIV, ex.Binary.POW, ex.Binary.REM, ex.Binary.ATAN2}
-EXPENSIVE_OP_CYCLES = 6
-"""Transcendentals and divisions take several cycles per vector (a short polynomial on the IPU)."""
+# A map vertex is costed as the poplibs codelet(s) a Poplar program runs for the same work on each
+# tile (docs/cycle-model.md, "Vertex estimators"): a one-op tree as popops' unary, binary, scalar
+# broadcast, cast, fill, select or clamp vertices; a popnn non-linearity gradient as
+# NonLinearityGrad; a tree poplibs would fuse as its generated codelet; any other tree op by op.
+SCALAR, VECTOR, FULL = "scalar", "vector", "full"
+"""How an operand meets the output: one element broadcast, a repeating broadcast, or one
+element per output element (a temporary of an unfused tree is ``FULL``)."""
 
 
-def expression_cycles_per_vector(expression: ex.Expr) -> int:
-    """Summed cost of an expression's operations on one vector of elements."""
-    total = 0
-    for node in ex.walk(expression):
-        if isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp)):
-            total += EXPENSIVE_OP_CYCLES if node.op in EXPENSIVE_OPS else 1
-        elif isinstance(node, ex.Cast):
-            total += 1
-    return max(total, 1)
+@dataclass(frozen=True)
+class MapCodelet:
+    """One poplibs element-wise codelet run over the map's output on every tile."""
+
+    family: str
+    """``unary``, ``binary``, ``broadcast`` (scalar), ``cast``, ``fill``, ``select``,
+    ``broadcast_select``, ``clamp``, ``fused`` or ``grad``."""
+    dtype: DType
+    """The operand type its table is keyed by (a cast's source type)."""
+    op: ex.Op | None = None
+    in_place: bool = False
+    out_dtype: DType | None = None
+    inputs: int = 0
+    """A fused codelet's input tensors."""
+    fused_ops: int = 1
+
+
+def operand_kind(tensor) -> str:
+    """:data:`SCALAR`, :data:`VECTOR` or :data:`FULL` for a map operand (broadcast to the
+    output's shape by the builder)."""
+    layout = tensor.layout()
+    if tensor.num_elements <= 1 or (isinstance(layout, Strided) and not any(layout.strides)):
+        return SCALAR
+    return VECTOR if tensor.has_repeats() else FULL
+
+
+def _grad_patterns(dtype: DType) -> dict[ex.Expr, str]:
+    """popnn's input gradients as :mod:`gruc.ops.nonlinearity` writes them (output ``_1``,
+    output gradient ``_2``; half computed in float), by kind."""
+    one, zero = ex.Const(1.0), ex.Const(0.0)
+    builders = {"sigmoid": lambda y, g: g * (y * (one - y)),
+                "tanh": lambda y, g: g * (one - y * y),
+                "relu": lambda y, g: ex.select(g, zero, y > zero)}
+    patterns = {}
+    for kind, build in builders.items():
+        tree = build(ex._1, ex._2) if dtype is not HALF else ex.Cast(
+            build(ex.Cast(ex._1, FLOAT), ex.Cast(ex._2, FLOAT)), HALF)
+        patterns[ex.bind_const_types(tree, [dtype, dtype])] = kind
+    return patterns
+
+
+_GRAD_PATTERNS = {dtype: _grad_patterns(dtype) for dtype in (FLOAT, HALF)}
+
+
+def _child_kind(node: ex.Expr, kinds: list[str]) -> str:
+    if isinstance(node, ex.Const):
+        return SCALAR
+    if isinstance(node, ex.PlaceHolder):
+        return kinds[node.index - 1]
+    return FULL
+
+
+def _one_op(node: ex.Expr, dtypes: list[DType], kinds: list[str], in_place: bool) -> MapCodelet:
+    """The popops vertex family of one operation node (ElementWise.cpp's choice)."""
+    args = ex.children(node)
+    arg_types = [ex.result_dtype(a, dtypes) for a in args]
+    arg_kinds = [_child_kind(a, kinds) for a in args]
+    out_type = ex.result_dtype(node, dtypes)
+    in_place = in_place and isinstance(args[0], ex.PlaceHolder) and args[0].index == 1
+    if isinstance(node, ex.Cast):
+        return MapCodelet("cast", arg_types[0], out_dtype=out_type)
+    if isinstance(node, ex.UnaryOp):
+        table = pe.UNARY_IN_PLACE if in_place else pe.UNARY
+        if (node.op, arg_types[0].name) in table:
+            return MapCodelet("unary", arg_types[0], node.op, in_place, out_type)
+    elif isinstance(node, ex.BinaryOp):
+        dtype = arg_types[0]
+        table = pe.BROADCAST_IN_PLACE if in_place else pe.BROADCAST
+        commutes = node.op in _COMMUTATIVE
+        if (arg_kinds[1] == SCALAR or (arg_kinds[0] == SCALAR and commutes and not in_place)) \
+                and (node.op, dtype.name) in table:
+            return MapCodelet("broadcast", dtype, node.op, in_place, out_type)
+        table = pe.BINARY_IN_PLACE if in_place else pe.BINARY
+        if (node.op, dtype.name) in table:
+            return MapCodelet("binary", dtype, node.op, in_place, out_type)
+    elif node.op is ex.Ternary.SELECT:
+        if arg_kinds[0] == SCALAR and arg_kinds[1] == SCALAR and arg_kinds[2] != SCALAR \
+                and not in_place:
+            return MapCodelet("broadcast_select", arg_types[0], node.op, False, out_type)
+        return MapCodelet("select", arg_types[0], node.op, in_place, out_type)
+    else:
+        return MapCodelet("clamp", arg_types[0], node.op, in_place, out_type)
+    # no popops table entry (RELU, in-place comparisons): the cost of a one-op generated codelet
+    return MapCodelet("fused", arg_types[0], node.op, in_place, out_type,
+                      inputs=sum(kind != SCALAR for kind in arg_kinds) or 1)
+
+
+_COMMUTATIVE = frozenset({ex.Binary.ADD, ex.Binary.MUL, ex.Binary.MAX, ex.Binary.MIN,
+                          ex.Binary.EQ, ex.Binary.NE, ex.Binary.AND, ex.Binary.OR})
+"""``isBinaryOpCommutative``: a scalar first operand is swapped to second for these."""
+
+
+def _fusable(expression: ex.Expr, kinds: list[str]) -> bool:
+    """``isExpressionSupported`` of 2021-03: every input tensor of the output's shape without
+    aliases (no scalars yet), every constant finite, more than one operation."""
+    finite = all(not isinstance(node, ex.Const) or isinstance(node.value, (bool, int))
+                 or math.isfinite(node.value) for node in ex.walk(expression))
+    return bool(kinds) and all(kind == FULL for kind in kinds) and finite \
+        and ex.num_ops(expression) > 1
+
+
+def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_place: bool,
+                 kind_name: str = "Map") -> list[MapCodelet]:
+    """The poplibs codelets that do a map's work: one for a one-op tree, a popnn gradient, or a
+    fused tree; else one per operation node (poplibs' unfused evaluation, each into a temporary
+    laid out like the output, the root in place when the map is and its first operand is
+    ``_1``).  ``dtypes`` and ``kinds`` are the operands' (``_1`` first)."""
+    expression = ex.bind_const_types(expression, dtypes)
+    out_type = ex.result_dtype(expression, dtypes)
+    if ex.num_ops(expression) == 0:
+        if isinstance(expression, ex.Const):
+            return [MapCodelet("fill", out_type)]
+        return [MapCodelet("fused", out_type, inputs=1)]  # a copy: no popops vertex
+    if kind_name == "Map" and len(dtypes) == 2 and dtypes[0] is dtypes[1] is out_type \
+            and kinds == [FULL, FULL] and expression in _GRAD_PATTERNS.get(out_type, {}):
+        return [MapCodelet("grad", out_type, out_dtype=out_type)]
+    if ex.num_ops(expression) > 1 and _fusable(expression, kinds):
+        fused = sum(isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp))
+                    for node in ex.walk(expression))
+        return [MapCodelet("fused", dtypes[0], inputs=len(dtypes), fused_ops=fused,
+                           in_place=in_place, out_dtype=out_type)]
+    codelets: list[MapCodelet] = []
+
+    def visit(node: ex.Expr, root: bool) -> None:
+        if isinstance(node, (ex.PlaceHolder, ex.Const)):
+            return
+        for child in ex.children(node):
+            visit(child, False)
+        codelets.append(_one_op(node, dtypes, kinds, in_place and root))
+
+    visit(expression, True)
+    return codelets
+
+
+class TileWork:
+    """A map's output on every tile: its contiguous regions, and per codelet family the cycles of
+    the supervisor vertex (a tile with one region) or of the worker vertices (the others) that
+    poplibs' builders would make."""
+
+    def __init__(self, regions: tuple[np.ndarray, np.ndarray], elements: np.ndarray,
+                 target: Target) -> None:
+        self.region_tile, self.region_size = regions
+        self.elements = np.asarray(elements, dtype=np.int64)
+        self.num_tiles = target.num_tiles
+        self.workers = target.num_worker_contexts
+        self.target = target
+        self.regions_per_tile = np.bincount(self.region_tile, minlength=self.num_tiles)
+
+    def supervised(self, limit: int | None = None) -> np.ndarray:
+        """Tiles whose one region gets a supervisor vertex (within ``limit`` elements a worker,
+        ``validateRegionSizeForSupervisorVertex``)."""
+        mask = self.regions_per_tile == 1
+        return mask if limit is None else mask & (self.elements <= limit * self.workers)
+
+    def split(self, skip: np.ndarray | None, grain: int, min_elements: int,
+              max_region: int | None = None) -> pe.WorkerSplit:
+        keep = slice(None) if skip is None else ~skip[self.region_tile]
+        return pe.split_regions(self.region_tile[keep], self.region_size[keep], grain,
+                                min_elements, self.workers, max_region)
+
+    def on_tiles(self, split: pe.WorkerSplit, vertex_cycles: np.ndarray) -> np.ndarray:
+        return pe.worker_tile_cycles(split.vertex_tile, vertex_cycles, self.num_tiles,
+                                     self.workers)
+
+    def cycles(self, codelet: MapCodelet) -> np.ndarray:
+        """Machine cycles of ``codelet`` on every tile."""
+        return getattr(self, f"_{codelet.family}")(codelet)
+
+    def _element_limit(self, codelet: MapCodelet) -> int | None:
+        """``maxVertexElementsPerRegion(in, out)``: rpt count times the elements a loop does."""
+        src, dst = codelet.dtype, codelet.out_dtype or codelet.dtype
+        if src is not HALF and dst is not FLOAT:
+            return None
+        width = 4 if (src.is_float and dst is BOOL) or (src is dst is HALF) else \
+            2 if src is dst is FLOAT else 1
+        return pe.RPT_COUNT_MAX * width
+
+    def _grain(self, dtype: DType) -> int:
+        return max(self.target.vector_width(dtype), pe.ATOMIC_STORE_GRANULARITY)
+
+    def _supervisor_or_workers(self, codelet: MapCodelet, supervisor, row, base) -> np.ndarray:
+        limit = self._element_limit(codelet)
+        alone = self.supervised(limit)
+        cycles = np.where(alone, supervisor(self.elements), 0)
+        grain = self._grain(codelet.dtype)
+        split = self.split(alone, grain, 2 * grain, limit)
+        return cycles + self.on_tiles(split, split.per_vertex(row(split.row_size), base))
+
+    def _unary(self, c: MapCodelet) -> np.ndarray:
+        info = (pe.UNARY_IN_PLACE if c.in_place else pe.UNARY)[(c.op, c.dtype.name)]
+        width = self.target.vector_width(c.dtype)
+        return self._supervisor_or_workers(
+            c, lambda n: pe.unary_op_1d_supervisor(n, info, width, self.workers),
+            lambda n: pe.unary_inner_loop(n, info, width), pe.UNARY_2D_BASE)
+
+    def _binary(self, c: MapCodelet) -> np.ndarray:
+        info = (pe.BINARY_IN_PLACE if c.in_place else pe.BINARY)[(c.op, c.dtype.name)]
+        width = self.target.vector_width(c.dtype)
+        external = pe.has_external_codelet(c.op, c.dtype)
+        return self._supervisor_or_workers(
+            c, lambda n: pe.binary_op_1d_supervisor(n, info, width, external, self.workers,
+                                                    c.in_place),
+            lambda n: pe.binary_inner_loop(n, info, width, external), pe.binary_2d_base(c.in_place))
+
+    def _broadcast(self, c: MapCodelet) -> np.ndarray:
+        """``binaryOpBroadcastScalar``: a supervisor vertex per region when the tile has one
+        region, or fewer than six of at least ``3 grain`` elements each; else
+        ``BroadcastScalar2DData`` workers."""
+        info = (pe.BROADCAST_IN_PLACE if c.in_place else pe.BROADCAST)[(c.op, c.dtype.name)]
+        width = self.target.vector_width(c.dtype)
+        overhead = pe.broadcast_overhead(c.op, c.dtype)
+        grain = self._grain(c.dtype)
+        limit = self._element_limit(c)
+        small = np.bincount(self.region_tile, weights=self.region_size < (self.workers + 1) // 2
+                            * grain, minlength=self.num_tiles) > 0
+        alone = (self.regions_per_tile == 1) | ((self.regions_per_tile < self.workers) & ~small)
+        alone &= self.regions_per_tile > 0
+        if limit is not None:
+            alone &= self.elements <= limit * self.workers
+        per_region = pe.broadcast_scalar_1d_supervisor(self.region_size, info, width, overhead,
+                                                       self.workers)
+        cycles = np.bincount(self.region_tile, weights=np.where(alone[self.region_tile],
+                                                                  per_region, 0),
+                             minlength=self.num_tiles).astype(np.int64)
+        split = self.split(alone, grain, 2 * grain, limit)
+        rows = pe.broadcast_loop(split.row_size, info, width, overhead) + pe.BROADCAST_2D_ROW
+        return cycles + self.on_tiles(split, split.per_vertex(rows, pe.BROADCAST_2D_BASE))
+
+    def _cast(self, c: MapCodelet) -> np.ndarray:
+        """``popops/Cast.cpp``: ``CastSupervisor`` for one region, else ``Cast`` (a vertex of
+        one row) or ``Cast2d`` workers split by the float vector width."""
+        to_half = c.out_dtype is HALF
+        float_half = {c.dtype, c.out_dtype} == {FLOAT, HALF}
+        alone = self.supervised()
+        cycles = np.where(alone, pe.cast_supervisor(self.elements, to_half, self.workers), 0)
+        width = self.target.vector_width(FLOAT)
+        split = self.split(alone, width, 2 * width)
+        two_d = split.per_vertex(pe.CAST_2D_ROW + pe.ceil_div(split.row_size, 2), pe.CAST_2D_BASE)
+        one = pe.cast_worker(split.vertex_elements(), float_half, to_half)
+        return cycles + self.on_tiles(split, np.where(split.vertex_rows() == 1, one, two_d))
+
+    def _fill(self, c: MapCodelet) -> np.ndarray:
+        """``popops/Fill.cpp``: ``Fill`` (one row) or ``Fill2d`` workers, always."""
+        half = c.dtype is HALF
+        width = self.target.vector_width(c.dtype)
+        split = self.split(None, width, 2 * width)
+        two_d = split.per_vertex(pe.fill_2d_row(split.row_size, half), pe.fill_2d_base(half))
+        one = pe.fill(split.vertex_elements(), half)
+        return self.on_tiles(split, np.where(split.vertex_rows() == 1, one, two_d))
+
+    def _workers_only(self, c: MapCodelet, rows: np.ndarray, base: int) -> np.ndarray:
+        grain = self._grain(c.dtype)
+        split = self.split(None, grain, 2 * grain)
+        return self.on_tiles(split, split.per_vertex(rows(split.row_size), base))
+
+    def _select(self, c: MapCodelet) -> np.ndarray:
+        """``Select`` workers; ``SelectInPlace``'s estimator charges each row for the number
+        of *rows* (``in1.size()``), a quirk kept."""
+        if not c.in_place:
+            return self._workers_only(c, pe.select_row, pe.SELECT_BASE)
+        grain = self._grain(c.dtype)
+        split = self.split(None, grain, 2 * grain)
+        rows = split.vertex_rows()
+        return self.on_tiles(split, pe.SELECT_BASE + rows * pe.select_row(rows))
+
+    def _broadcast_select(self, c: MapCodelet) -> np.ndarray:
+        return self._workers_only(c, lambda n: pe.broadcast_select_row(n, c.dtype),
+                                  pe.BROADCAST_SELECT_BASE)
+
+    def _clamp(self, c: MapCodelet) -> np.ndarray:
+        return self._workers_only(c, lambda n: pe.clamp_row(n, c.dtype), pe.CLAMP_BASE)
+
+    def _fused(self, c: MapCodelet) -> np.ndarray:
+        """A generated codelet per worker vertex, split with the first input's grain."""
+        grain = self._grain(c.dtype)
+        split = self.split(None, grain, 2 * grain)
+        width = self.target.vector_width(c.dtype)
+        return self.on_tiles(split, pe.fused_map_vertex(split.vertex_elements(), c.inputs, width,
+                                                         c.fused_ops))
+
+    def _grad(self, c: MapCodelet) -> np.ndarray:
+        """popnn ``NonLinearityGradSupervisor`` for one region, else ``NonLinearityGrad2D``
+        workers split by the vector width."""
+        width = self.target.vector_width(c.dtype)
+        is_float = c.dtype is FLOAT
+        alone = self.supervised()
+        cycles = np.where(alone, pe.non_linearity_grad_supervisor(
+            self.elements, width, is_float, self.workers), 0)
+        split = self.split(alone, width, 2 * width)
+        rows = pe.non_linearity_grad_2d_row(split.row_size, width, is_float)
+        return cycles + self.on_tiles(split, split.per_vertex(rows, pe.GRAD_2D_BASE))
 
 
 @cycle_estimator("Map")
 @cycle_estimator("MapInPlace")
 def _map_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    """Overhead plus, per vector, one load per operand and the expression's operations."""
+    """The cycles of the poplibs codelets of :func:`map_codelets` over the output's regions."""
     out = vertex.fields[vertex.kind.split]
-    per_vector = expression_cycles_per_vector(vertex.params["expr"]) + len(vertex.fields["ins"])
-    return elementwise_cycles(elements, target.vector_width(out.dtype), per_vector)
+    in_place = vertex.kind.name == "MapInPlace"
+    operands = ((out,) if in_place else ()) + tuple(vertex.fields["ins"])
+    if not np.any(elements):
+        return np.zeros(target.num_tiles, dtype=np.int64)
+    if vertex.tile is None:
+        regions = tile_regions(out, elements)
+    else:
+        _, sizes = tile_regions(out)
+        regions = (np.full(len(sizes), vertex.tile, dtype=np.int64), sizes)
+    kinds = [operand_kind(t) for t in operands]
+    if in_place:
+        kinds[0] = FULL
+    work = TileWork(regions, elements, target)
+    total = np.zeros(target.num_tiles, dtype=np.int64)
+    for codelet in map_codelets(vertex.params["expr"], [t.dtype for t in operands], kinds,
+                                in_place, vertex.kind.name):
+        total += work.cycles(codelet)
+    return total

@@ -4,9 +4,8 @@ their cycle and exchange estimates.
 Both engines run all the blocks of a vertex together — never a Python call per tile.
 
 numpy (the definition): for each sub-grid of equally shaped blocks, gather every tile's ``a`` and
-``b`` blocks through precomputed index arrays, write them into the tile's part of ``received``
-(the exchange), read them back and multiply all blocks in one batched ``numpy.matmul``; scatter
-the partials to their tiles.  The reduction gathers the partials, sums over the k blocks and
+``b`` blocks through precomputed index arrays and multiply all blocks in one batched
+``numpy.matmul``; scatter the partials to their tiles.  The reduction gathers the partials, sums over the k blocks and
 writes the output.
 
 numba (the fast path): the partials of k block ``ik`` on all tiles together form the product of
@@ -14,7 +13,7 @@ A's columns and B's rows of that k block, so the engine gathers A and B once fro
 (runs of consecutive addresses copied by compiled loops), computes every k block's partials with
 one BLAS call per block (:mod:`gruc.runtime.blas`: MKL where installed, else ``numpy.matmul``
 over ``[g, Pk]``), and scatters them to their tiles — the same sums as the definition, at BLAS
-speed.  It does not fill ``received`` (nothing reads it).  Half data is moved as raw 16-bit words
+speed.  Half data is moved as raw 16-bit words
 and converted by numpy, since numba cannot load float16.  When the executable shows that a step's
 float partials are read only by the reduction in the very next step, the two are fused
 (:func:`_prepare_partials`): one BLAS call over all of k, the output written directly, the
@@ -27,9 +26,10 @@ A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the hos
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
 rate (see ``_kept_accumulation``).
 
-Estimates: a tile's partial product costs the vertex overhead plus its multiply-accumulates at the
-target's vector width (:func:`~gruc.ir.codelets.matmul.mac_cycles`); a reduction costs, per vector
-of output, one load and add per partial.  Exchange: every element of a tile's ``a`` and ``b``
+Estimates: a tile's partial products cost what poplin's vertex for them costs (the AMP's
+``ConvPartial1x1Out`` or horizontal MACs, :mod:`gruc.ir.codelets.conv_costs`); a reduction stage
+what poplin's ``ReduceAdd`` costs for the tile's outputs and partials (a cast when there is one
+partial of another type).  Exchange: every element of a tile's ``a`` and ``b``
 blocks that lives on another tile is received by it (once per tile that uses it); every partial
 that is not on its output element's tile is received there, and a ``scale`` tensor goes to every
 output tile.
@@ -43,10 +43,12 @@ from typing import Callable
 
 import numpy as np
 
-from gruc.ir.codelets.matmul import Blocking, block_tiles, block_view, blocking_of, mac_cycles
+from gruc.ir.codelets.conv_costs import (amp_partials_cycles, cast_cycles, mac_partials_cycles,
+                                         reduce_add_cycles)
+from gruc.ir.codelets.matmul import (FIELD_N, Blocking, block_tiles, block_view, blocking_of,
+                                     method_of)
 from gruc.ir.graph import Graph, Vertex
-from gruc.runtime.cost import (VERTEX_OVERHEAD_CYCLES, cycle_estimator, elementwise_cycles,
-                               exchange_estimator)
+from gruc.runtime.cost import Traffic, cycle_estimator, exchange_estimator
 from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import HostCopies, Unchanged, numba_executable_hook, numba_vertex
@@ -62,40 +64,26 @@ F32 = np.float32
 # ---- numpy: the definition --------------------------------------------------------------------
 @numpy_vertex("MatMulPartials")
 def _numpy_partials(vertex: LoweredVertex) -> Prepared:
-    """The definition of ``MatMulPartials``: an exchange phase copies every tile's ``a`` and ``b``
-    blocks into ``received``, then each block's product is computed from those copies in float32 and
-    rounded once into ``partials``.  Computing from the copies lets every numerical test check the
-    buffer's place in the memory plan; the compiled engine reads the operands and gets the same
-    numbers."""
-    a, b, p, r = (vertex.fields[name] for name in ("a", "b", "partials", "received"))
+    """The definition of ``MatMulPartials``: each tile's ``a`` and ``b`` blocks gathered from tile
+    memory, multiplied in float32 and rounded once into its ``partials`` block."""
+    a, b, p = (vertex.fields[name] for name in ("a", "b", "partials"))
     geometry = blocking_of(vertex.vertex)
     G, M, K, N = geometry.shape
     a3, b3 = a.index.reshape(G, M, K), b.index.reshape(G, K, N)
     p4 = p.index.reshape(geometry.partials_shape)
-    sizes = geometry.received_sizes()
-    offsets = np.cumsum(sizes) - sizes
     work = []
     for pg, pk, pm, pn in geometry.parts():
         # operand blocks [cg, c., c., gb, rows, cols] as seen by every tile [cg, ck, cm, cn, ...]
         a_blocks = block_view(a3, (pg, pm, pk)).transpose(0, 2, 1, 3, 4, 5)[:, :, :, None]
         b_blocks = block_view(b3, (pg, pk, pn))[:, :, None]
         p_blocks = block_view(p4, (pg, pk.in_blocks(), pm, pn))[..., 0, :, :]
-        start = offsets[geometry.block_grid(pg, pk, pm, pn)][..., None, None, None]
-        a_size = pg.size * pm.size * pk.size
-        a_recv = r.index[start + np.arange(a_size).reshape(pg.size, pm.size, pk.size)]
-        b_recv = r.index[start + a_size + np.arange(pg.size * pk.size * pn.size).reshape(
-            pg.size, pk.size, pn.size)]
-        work.append((np.broadcast_to(a_blocks, a_recv.shape), a_recv,
-                     np.broadcast_to(b_blocks, b_recv.shape), b_recv, p_blocks))
+        work.append((a_blocks, b_blocks, p_blocks))
     p_type = p.dtype.storage
 
     def run(memory: DeviceMemory) -> None:
-        va, vb, vr, vp = (memory.view(op.dtype) for op in (a, b, r, p))
-        for a_src, a_recv, b_src, b_recv, _ in work:  # exchange phase: every tile receives
-            vr[a_recv] = va[a_src]
-            vr[b_recv] = vb[b_src]
-        for _, a_recv, _, b_recv, p_blocks in work:  # compute phase: from the received copies
-            product = np.matmul(vr[a_recv].astype(F32), vr[b_recv].astype(F32))
+        va, vb, vp = (memory.view(op.dtype) for op in (a, b, p))
+        for a_blocks, b_blocks, p_blocks in work:
+            product = np.matmul(va[a_blocks].astype(F32), vb[b_blocks].astype(F32))
             vp[p_blocks] = product.astype(p_type)
 
     return run
@@ -558,11 +546,22 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
 # ---- cycles and exchange ----------------------------------------------------------------------
 @cycle_estimator("MatMulPartials")
 def _partials_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    """Per tile: overhead plus its block's multiply-accumulates at the vector width."""
+    """Per tile: poplin's estimate of its vertex for its block (field, channel groups)."""
     geometry = blocking_of(vertex)
+    method = method_of(vertex)
     gb, kb, mb, nb = geometry.block_dims()
-    cycles = VERTEX_OVERHEAD_CYCLES + mac_cycles(gb * mb * nb, kb,
-                                                 target.vector_width(vertex.fields["a"].dtype))
+    field, out_chans = (nb, mb) if vertex.params["orientation"] == FIELD_N else (mb, nb)
+    in_groups = -(-kb // method.in_chans_per_group)
+    out_groups = -(-out_chans // method.partial_chans_per_group)
+    float_acts = vertex.fields["a"].dtype is FLOAT
+    float_partials = vertex.fields["partials"].dtype is FLOAT
+    if method.kind == "AMP":
+        cycles = amp_partials_cycles(field, in_groups, out_groups, gb, method, float_acts,
+                                     float_partials,
+                                     target.conv_unit_coeff_load_bytes_per_cycle // 2)
+    else:
+        cycles = mac_partials_cycles(field, in_groups, out_groups, gb, method, float_acts,
+                                     float_partials)
     return np.bincount(block_tiles(vertex).reshape(-1), weights=cycles.reshape(-1),
                        minlength=target.num_tiles).astype(np.int64)
 
@@ -570,29 +569,31 @@ def _partials_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np
 @cycle_estimator("MatMulReduce")
 @cycle_estimator("MatMulReduceAcc")
 def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    """Per output vector: a load and an add per partial, a store (and a load and multiply-add to
-    accumulate)."""
-    partials = vertex.fields["partials"]
-    per_vector = partials.shape[1] + 1 + (2 if vertex.kind.name == "MatMulReduceAcc" else 0)
-    return elementwise_cycles(elements, target.vector_width(partials.dtype), per_vector)
+    """Per tile: poplin's ``ReduceAdd`` of the tile's outputs over the partial rows (the Acc kind
+    adds its output as one more row); one row of another type is a cast."""
+    out, partials = vertex.fields["out"], vertex.fields["partials"]
+    depth = partials.shape[1] + (vertex.kind.name == "MatMulReduceAcc")
+    if depth == 1:
+        return cast_cycles(elements, target.vector_width(partials.dtype),
+                           target.vector_width(out.dtype))
+    return reduce_add_cycles(elements, np.full_like(elements, depth), out.dtype is FLOAT,
+                             partials.dtype is FLOAT)
 
 
 def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blocking, letters: str,
-                      received: np.ndarray, sent: np.ndarray) -> bool:
-    """Account an operand's blocks going to every tile that uses them; True if any crosses IPUs.
+                      traffic: Traffic) -> None:
+    """Account an operand's blocks going to every tile that uses them.
 
     ``letters`` names the operand's axes (``"gmk"`` or ``"gkn"``); ``tiles`` is the block grid
     ``[Pg, Pk, Pm, Pn]``, whose axis missing from ``letters`` lists the users of a block.  Blocks
     lie on distinct tiles, so a tile receives each element of its blocks at most once.
     """
-    per_ipu = graph.target.tiles_per_ipu
     axes = {"g": geometry.g, "k": geometry.k, "m": geometry.m, "n": geometry.n}
     (over,) = set(axes) - set(letters)
     order = ["gkmn".index(x) for x in letters] + ["gkmn".index(over)]
     element_tiles = graph.element_tiles(tensor).astype(np.int64).reshape(
         [axes[x].size for x in letters])
     size = tensor.dtype.size
-    crosses = False
     for parts in itertools.product(*(axes[x].parts() for x in letters)):
         blocks = block_view(element_tiles, parts)
         blocks = blocks.reshape(blocks.shape[:3] + (-1,))  # [c, c, c, elements of a block]
@@ -600,56 +601,35 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         for x, part in zip(letters, parts):
             select["gkmn".index(x)] = slice(part.first, part.first + part.count)
         users = tiles[tuple(select)].transpose(order)  # [c, c, c, users]
-        is_user = np.zeros(blocks.shape, dtype=bool)
         for u in range(users.shape[3]):
-            receiver = users[..., u:u + 1]
-            local = blocks == receiver
-            is_user |= local
-            received += np.bincount(receiver.reshape(-1),
-                                    weights=(blocks.shape[3] - local.sum(axis=3)).reshape(-1),
-                                    minlength=len(received)).astype(np.int64) * size
-            crosses = crosses or bool(np.any(blocks // per_ipu != receiver // per_ipu))
-        sends = users.shape[3] - is_user  # each element goes to every user but its own tile
-        sent += np.bincount(blocks.reshape(-1), weights=sends.reshape(-1),
-                            minlength=len(sent)).astype(np.int64) * size
-    return crosses
+            receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
+            away = blocks != receiver
+            traffic.transfers(receiver[away], blocks[away], size)
 
 
 @exchange_estimator("MatMulPartials")
-def _partials_exchange(vertex: Vertex, graph: Graph) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Bytes each tile receives and sends for a ``MatMulPartials`` vertex, and whether any cross an
-    IPU: only ``a`` and ``b`` blocks move to the tiles that lack them."""
+def _partials_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
+    """What a ``MatMulPartials`` vertex moves: the ``a`` and ``b`` block elements a tile lacks."""
     geometry = blocking_of(vertex)
     tiles = block_tiles(vertex)
-    received = np.zeros(graph.target.num_tiles, dtype=np.int64)
-    sent = np.zeros_like(received)
-    crosses = _operand_exchange(graph, vertex.fields["a"], tiles, geometry, "gmk", received, sent)
-    crosses |= _operand_exchange(graph, vertex.fields["b"], tiles, geometry, "gkn", received, sent)
-    return received, sent, crosses  # partials and received lie on their block's tile
+    _operand_exchange(graph, vertex.fields["a"], tiles, geometry, "gmk", traffic)
+    _operand_exchange(graph, vertex.fields["b"], tiles, geometry, "gkn", traffic)
 
 
 @exchange_estimator("MatMulReduce")
 @exchange_estimator("MatMulReduceAcc")
-def _reduce_exchange(vertex: Vertex, graph: Graph) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Bytes each tile receives and sends for a matmul reduction, and whether any cross an IPU:
-    every partial not on its output element's tile, and the ``scale`` element sent once to every
-    other tile holding outputs."""
-    num_tiles, per_ipu = graph.target.num_tiles, graph.target.tiles_per_ipu
+def _reduce_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
+    """What a matmul reduction moves: every partial not on its output element's tile, and the
+    ``scale`` element to every other tile holding outputs."""
     out, partials = vertex.fields["out"], vertex.fields["partials"]
     home = graph.element_tiles(out).astype(np.int64).reshape(out.shape)
     where = graph.element_tiles(partials).astype(np.int64).reshape(partials.shape)
     home = np.broadcast_to(home[:, None], where.shape)
     away = where != home
-    size = partials.dtype.size
-    received = np.bincount(home[away], minlength=num_tiles) * size
-    sent = np.bincount(where[away], minlength=num_tiles) * size
-    crosses = bool(np.any(home[away] // per_ipu != where[away] // per_ipu))
+    traffic.transfers(home[away], where[away], partials.dtype.size)
     scale = vertex.fields.get("scale")
     if scale is not None:
         source = int(graph.element_tiles(scale)[0])
         readers = np.unique(home)
         readers = readers[readers != source]
-        received[readers] += scale.dtype.size
-        sent[source] += scale.dtype.size * len(readers)
-        crosses = crosses or bool(np.any(readers // per_ipu != source // per_ipu))
-    return received.astype(np.int64), sent.astype(np.int64), crosses
+        traffic.transfers(readers, np.full_like(readers, source), scale.dtype.size)

@@ -20,7 +20,10 @@ import numpy as np
 
 from gruc.ir.codelets.reduce import Operation, accumulator_dtype, identity, operation_of
 from gruc.ir.graph import Vertex
-from gruc.runtime.cost import VERTEX_OVERHEAD_CYCLES, cycle_estimator
+from gruc.ir.layout import Strided
+from gruc.runtime.codelets import poplibs_estimates as pe
+from gruc.runtime.codelets.regions import variable_tiles
+from gruc.runtime.cost import cycle_estimator
 from gruc.runtime.interp import NUMPY_VERTICES, Prepared, RunHooks, numpy_vertex
 from gruc.runtime.kernels import load_kernel, numba_executable_hook, numba_vertex
 from gruc.runtime.lower import DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand
@@ -275,24 +278,102 @@ def _group_reductions(executable: Executable, hooks: RunHooks) -> dict[int, Prep
 
 
 # ---- cycles -----------------------------------------------------------------------------------
-REGION_OVERHEAD_CYCLES = 8
-"""Cycles to set up one region (pointers, counts) before its inner loop."""
+def _strides(region) -> tuple[int, int] | None:
+    """The id strides of a 2-D region, or None if its ids are not affine."""
+    layout = region.layout()
+    if isinstance(layout, Strided):
+        return layout.strides
+    ids = region.flat_ids().reshape(region.shape)
+    n, m = region.shape
+    s0 = int(ids[1, 0] - ids[0, 0]) if n > 1 else 0
+    s1 = int(ids[0, 1] - ids[0, 0]) if m > 1 else 0
+    affine = ids[0, 0] + s0 * np.arange(n)[:, None] + s1 * np.arange(m)
+    return (s0, s1) if np.array_equal(ids, affine) else None
+
+
+class _Neighbours:
+    """Whether two elements of a region are neighbours in its tile's memory (one block per
+    variable and tile, :mod:`gruc.runtime.codelets.regions`): the ids of a row of a column block
+    are a row apart, yet adjacent on their tile."""
+
+    def __init__(self, tile: int) -> None:
+        self.tile = tile
+        self.layouts: dict[int, object] = {}
+
+    def __call__(self, region, first: int, step: int) -> bool:
+        if step == 1:
+            return True
+        if step <= 0:
+            return False
+        variable = region.variables()[0]
+        if variable.index not in self.layouts:
+            self.layouts[variable.index] = variable_tiles(variable)
+        local = first - variable.first_id
+        return not self.layouts[variable.index].tile_between(local, local + step, self.tile)
+
+
+def region_reductions(vertex: Vertex) -> tuple[list[pe.Reduction], bool]:
+    """poplibs' ``RegionReduction`` for a gruc reduce vertex's regions, and whether all its
+    outputs and partials are contiguous runs.
+
+    A region ``[n, m]`` is ``n`` output slots from ``offset``.  Laid out with the outputs
+    contiguous in memory (a batch-axis reduction, column-major on the tile) it is one reduction of
+    ``n`` outputs whose partials are its ``m`` rows — one partial where the rows are neighbours
+    in memory; laid out with each output's elements contiguous (an innermost-axis reduction) it is
+    ``n`` scalar reductions of one partial each; otherwise ``n`` scalar reductions of ``m``
+    single-element partials.  Regions feeding the same output slots join one reduction, as
+    poplibs gathers every partial of an output region (regions that overlap otherwise stay apart:
+    a deviation)."""
+    neighbours = _Neighbours(vertex.tile)
+    reductions: dict[tuple[int, int], list[int]] = {}
+    contiguous, last_id, last_slot = True, None, None
+    for region, offset in zip(vertex.fields["ins"], vertex.params["offsets"]):
+        n, m = region.shape
+        strides = _strides(region)
+        if strides is None or len(region.variables()) != 1:
+            pieces = [((offset + j, 1), [1] * m) for j in range(n)]
+            contiguous = False
+        else:
+            s0, s1 = strides
+            first = int(region.layout().offset) if isinstance(region.layout(), Strided) \
+                else int(region.flat_ids()[0])
+            along_row = m == 1 or neighbours(region, first, s1)
+            along_column = n == 1 or neighbours(region, first, s0)
+            if n > 1 and along_column and (m == 1 or s0 == 1 or not along_row):
+                joined = m == 1 or neighbours(region, first + (n - 1) * s0, s1 - (n - 1) * s0)
+                pieces = [((offset, n), [n * m] if joined else [n] * m)]
+                contiguous = False
+            else:
+                row = [m] if along_row else [1] * m
+                pieces = [((offset + j, 1), row) for j in range(n)]
+                rows_joined = n == 1 or neighbours(region, first + (m - 1) * s1,
+                                                   s0 - (m - 1) * s1)
+                start, end = first, first + (n - 1) * s0 + (m - 1) * s1
+                contiguous &= along_row and rows_joined and (last_id is None or (
+                    start == last_id + 1 and offset == last_slot))
+                last_id, last_slot = end, offset + n
+        for key, partials in pieces:
+            reductions.setdefault(key, []).extend(partials)
+    result = [pe.Reduction(size, tuple(partials)) for (_, size), partials in reductions.items()]
+    out = vertex.fields["out"]
+    return result, contiguous and out.contiguous_start() is not None
 
 
 @cycle_estimator("Reduce")
 @cycle_estimator("ReduceUpdate")
 def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
-    """Overhead, a set-up per region, one vector operation per vector of region elements (two for
-    ``square_add``), and a store (plus a load for the update) per vector of outputs."""
-    cycles = np.zeros_like(elements)
+    """popops' reduce vertices for the vertex's regions on its tile
+    (:func:`~gruc.runtime.codelets.poplibs_estimates.reduce_tile_cycles`): partials of the regions'
+    type, output of the output's type, the update and scale as given."""
+    cycles = np.zeros(target.num_tiles, dtype=np.int64)
     ins = vertex.fields["ins"]
     if vertex.tile is None or not ins:
         return cycles
-    width = target.vector_width(ins[0].dtype)
-    per_vector = 2 if operation_of(vertex.params["op"]) is Operation.SQUARE_ADD else 1
-    work = sum(-(-t.num_elements // width) for t in ins) * per_vector
-    out = vertex.fields["out"]
-    stores = -(-out.num_elements // target.vector_width(out.dtype))
-    stores *= 2 if vertex.kind.name == "ReduceUpdate" else 1
-    cycles[vertex.tile] = VERTEX_OVERHEAD_CYCLES + REGION_OVERHEAD_CYCLES * len(ins) + work + stores
+    reductions, contiguous = region_reductions(vertex)
+    types = pe.ReduceTypes(ins[0].dtype, vertex.fields["out"].dtype,
+                           operation_of(vertex.params["op"]).value,
+                           vertex.kind.name == "ReduceUpdate",
+                           float(vertex.params["scale"]) != 1.0)
+    cycles[vertex.tile] = pe.reduce_tile_cycles(reductions, types, contiguous,
+                                                target.num_worker_contexts, target.vector_width)
     return cycles

@@ -1,0 +1,395 @@
+"""How a matrix product is cut over tiles: poplin's planner, re-derived.
+
+poplin plans ``[G, M, K] x [G, K, N]`` as a convolution (``lib/poplin/MatMul.cpp``,
+``ConvPlan.cpp``, ``ConvModel.cpp``): K is the input channels, and either N is the *field* and M
+the output channels (the orientation poplin tries first, and the one that needs no rearrangement)
+or the other way round.  A plan splits the conv groups, the field, the input channels and the
+output channels over tiles (a tile per combination), chooses the vertex a tile runs (the AMP
+``ConvPartial1x1Out``, else horizontal MACs) with its channel grouping, and adds the partial
+sums of the input-channel split in stages.  Each candidate is costed as poplin costs it:
+
+* **partial products**: the vertex's estimate for the tile's field and channel groups
+  (:mod:`gruc.ir.codelets.conv_costs`);
+* **exchange**: the input elements a tile needs from its output-channel neighbours, the weights
+  it needs from its field neighbours, and the partial sums sent to the reducing tiles, at the
+  target's exchange rate;
+* **reduction**: ``ReduceAdd`` per stage of :func:`~gruc.ir.codelets.conv_costs.multi_stage_reduce_plan`,
+  or a cast of the partials when there is nothing to add;
+* **rearrangement**: the copies the other orientation needs (and regrouping the output when its
+  channel grouping is not the AMP's weights per unit).
+
+The plan with the fewest cycles whose temporary bytes per tile (the tile's inputs, weights and
+partials, or the reduction's, whichever is more) fit ``availableMemoryProportion`` of a tile
+wins; ties go to fewer temporary bytes, then to the candidate poplin tries first.  When none
+fits, the bound is doubled up to twice a tile's memory, then dropped (poplin's later planner);
+as a last resort the product runs in serial slices of the output channels.
+
+Blocks are grain-aligned ceiling splits: a dimension of ``n`` cut into ``p`` parts gets blocks
+of ``ceil(n / p)`` (in grains), the last shorter — the per-tile sizes poplin's model costs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from gruc.ir.codelets.conv_costs import (ConvMethod, amp_partials_cycles, cast_cycles,
+                                         mac_partials_cycles, multi_stage_reduce_plan,
+                                         reduce_add_cycles)
+from gruc.ir.codelets.matmul import FIELD_M, FIELD_N, Blocking
+from gruc.target import Target
+from gruc.types import FLOAT, DType
+
+MAX_SERIAL_SLICES = 64
+"""Most serial slices of the output channels a plan uses (each is a pair of compute sets)."""
+
+BROADCAST_REARRANGE = 7
+"""poplin rearranges an operand into the plan's layout before a product when it is broadcast to
+more than this many tiles (``inViewMaxBroadcastDests`` / ``weightViewMaxBroadcastDests``), so
+the broadcast reads one tidy copy (``lib/poplin/Convolution.cpp``)."""
+
+TRANSFORM_COPY_FACTOR = 5
+"""poplin's cost of rearranging ``b`` bytes on a tile: ``5 b`` divided by the bytes a copy moves
+per cycle (``addTransformCycleEstimate``)."""
+
+
+@dataclass(frozen=True)
+class MatMulPlan:
+    """How a product is cut into blocks and tiles, and what poplin's model says it costs."""
+
+    shape: tuple[int, int, int, int]
+    """``(G, M, K, N)``."""
+    block: tuple[int, int, int, int]
+    """Block sizes ``(gb, mb, kb, nb)``."""
+    serial: int
+    """Slices of n run one after another (1: a single pass)."""
+    slice_width: int
+    """Columns of n per serial slice (the last may be narrower)."""
+    partials_type: DType
+    direct: bool
+    """One k block and partials of the output's type: the partial products are the output."""
+    cycles: int
+    """Estimated cycles of the whole product (all slices)."""
+    temporary_bytes: int
+    """Estimated temporary bytes per tile (what ``availableMemoryProportion`` bounds)."""
+    fits: bool
+    """``temporary_bytes`` is within ``availableMemoryProportion`` of a tile."""
+    orientation: str = FIELD_N
+    method: ConvMethod = field(default_factory=lambda: ConvMethod("MAC", 1, 1))
+    breakdown: tuple[tuple[str, int], ...] = ()
+    """Estimated cycles by term (one slice): partials, exchange, reduce, transform."""
+
+    def slices(self) -> list[tuple[int, int]]:
+        """``(begin, end)`` columns of n of every serial slice."""
+        N, width = self.shape[3], self.slice_width
+        return [(begin, min(begin + width, N)) for begin in range(0, N, width)]
+
+    def blocking(self, width: int) -> Blocking:
+        """The block geometry of a slice ``width`` columns wide."""
+        G, M, K, _ = self.shape
+        gb, mb, kb, nb = self.block
+        return Blocking.of((G, M, K, width), (gb, mb, kb, min(nb, width)))
+
+    @property
+    def num_tiles(self) -> int:
+        """Tiles the first slice uses (one per block)."""
+        return self.blocking(self.slice_width).num_blocks
+
+    @property
+    def reduce_depth(self) -> int:
+        """Partial sums per output element (k blocks)."""
+        return self.blocking(self.slice_width).k.count
+
+    def describe(self) -> str:
+        """One line: the partition, the vertex and the estimate."""
+        geometry = self.blocking(self.slice_width)
+        G, M, K, N = self.shape
+        field_axis, out_axis = ("n", "m") if self.orientation == FIELD_N else ("m", "n")
+        splits = {"g": geometry.g.count, "k": geometry.k.count, "m": geometry.m.count,
+                  "n": geometry.n.count}
+        stages = multi_stage_reduce_plan(splits["k"]) if splits["k"] > 1 else ()
+        text = (f"[{G}x]{M}x{K} x {K}x{N}: field {field_axis.upper()} split {splits[field_axis]}, "
+                f"in chans K split {splits['k']}, out chans {out_axis.upper()} split "
+                f"{splits[out_axis]}" + (f", groups split {splits['g']}" if G > 1 else "")
+                + f"; {self.num_tiles} tiles; {self.method.describe()}; partials "
+                f"{self.partials_type.name}; reduce "
+                + ("none" if splits["k"] == 1 else f"{len(stages) + 1} stage(s)")
+                + (f"; {self.serial} serial slices" if self.serial > 1 else "")
+                + f"; ~{self.cycles} cycles, {self.temporary_bytes} B temporaries per tile")
+        return text
+
+
+# ---- candidate methods ------------------------------------------------------------------------
+def conv_methods(target: Target, in_type: DType, partials_type: DType,
+                 inference: bool) -> list[ConvMethod]:
+    """The vertex choices poplin tries, in its order: AMP configurations (``getConvVertexAMP
+    Candidates``: the tile's units, and half of 16 units; partial channel groups of the units or
+    of the weights per unit), then MAC.  ``inference`` (``INFERENCE_FWD``) keeps AMP partial
+    groups equal to the units."""
+    float_acts = in_type == FLOAT
+    if float_acts:
+        on_tile = target.conv_units_float
+    elif partials_type == FLOAT:
+        on_tile = target.conv_units_half_float_partials
+    else:
+        on_tile = target.conv_units_half_half_partials
+    load = target.data_path_width_bits // (8 * in_type.size)
+    weights_per_unit = target.conv_unit_pipeline_depth * load
+    units_options = [on_tile] + ([on_tile // 2] if on_tile == 16 else [])
+    methods = []
+    for units in units_options:
+        for partials in dict.fromkeys((on_tile, weights_per_unit)):
+            if partials % units:
+                continue
+            if not float_acts and partials not in (units, weights_per_unit * units // on_tile):
+                continue
+            if inference and partials != units:
+                continue
+            method = ConvMethod("AMP", weights_per_unit, partials, units, weights_per_unit)
+            if method not in methods:
+                methods.append(method)
+    grain = 1 if float_acts else 2
+    in_groups = [grain << k for k in range(8)]  # MAC input groups: a few widths, not poplin's every one
+    methods.extend(ConvMethod("MAC", size, 1) for size in in_groups)
+    return methods
+
+
+# ---- evaluating every split of one method ------------------------------------------------------
+def _ceil_sizes(size: int) -> np.ndarray:
+    """Every distinct ``ceil(size / p)``, p = 1..size, ascending."""
+    return np.unique(-(-size // np.arange(1, size + 1, dtype=np.int64)))
+
+
+def _exchange_cycles(elements: np.ndarray, size: int, target: Target) -> np.ndarray:
+    """poplin's ``ExchangeEstimator``: bytes at the target's rate, rounded up."""
+    return -(-(elements * size) // target.exchange_bytes_per_cycle)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    target: Target
+    shape: tuple[int, int, int, int]
+    in_type: DType
+    partials_type: DType
+    out_type: DType
+    plain_matmul: bool
+    """A plain ``matMul`` (poplin's NONE_MATMUL pass), not a fully connected layer's pass."""
+
+
+def _evaluate(problem: _Problem, method: ConvMethod, orientation: str) -> dict[str, np.ndarray]:
+    """Cycles and temporary bytes of every split of the product with ``method``: one entry per
+    candidate, with its blocks ``(gb, mb, kb, nb)``."""
+    target = problem.target
+    G, M, K, N = problem.shape
+    field_size, out_size = (N, M) if orientation == FIELD_N else (M, N)
+    in_pg, out_pg = method.in_chans_per_group, method.partial_chans_per_group
+    in_grains, out_grains = -(-K // in_pg), -(-out_size // out_pg)
+    g_sizes, f_sizes = _ceil_sizes(G), _ceil_sizes(field_size)
+    k_sizes, o_sizes = _ceil_sizes(in_grains), _ceil_sizes(out_grains)
+    grids = np.meshgrid(g_sizes, k_sizes, f_sizes, o_sizes, indexing="ij")
+    gb, kg, fb, og = (grid.reshape(-1) for grid in grids)
+    kb = np.minimum(kg * in_pg, K)
+    ob = np.minimum(og * out_pg, out_size)
+    counts = [-(-G // gb), -(-K // kb), -(-field_size // fb), -(-out_size // ob)]
+    tiles = counts[0] * counts[1] * counts[2] * counts[3]
+    keep = tiles <= target.num_tiles
+    gb, kg, fb, og, kb, ob, tiles = (x[keep] for x in (gb, kg, fb, og, kb, ob, tiles))
+    pg, pk, pf, po = (c[keep] for c in counts)
+    float_acts, float_partials = problem.in_type == FLOAT, problem.partials_type == FLOAT
+    in_size, p_size = problem.in_type.size, problem.partials_type.size
+    ci_t, co_t = kg * in_pg, og * out_pg  # per tile, padded to whole groups
+
+    if method.kind == "AMP":
+        coeff = target.conv_unit_coeff_load_bytes_per_cycle // 2  # 64-bit loads (poplibs' default)
+        partial_calc = amp_partials_cycles(fb, kg, og, gb, method, float_acts, float_partials,
+                                           coeff)
+    else:
+        partial_calc = mac_partials_cycles(fb, kg, og, gb, method, float_acts, float_partials)
+
+    inputs = fb * ci_t * gb
+    weights = ci_t * co_t * gb
+    partials = fb * co_t * gb
+    exchange = (_exchange_cycles(inputs - inputs // po, in_size, target)
+                + _exchange_cycles(weights - weights // pf, in_size, target)
+                + _exchange_cycles(partials, p_size, target))
+    reduce_cycles = np.zeros_like(partial_calc)
+    reduce_temp = np.zeros_like(partial_calc)
+    float_out = problem.out_type == FLOAT
+    for depth in np.unique(pk).tolist():
+        at = pk == depth
+        if depth == 1:
+            if problem.partials_type != problem.out_type:
+                reduce_cycles[at] = cast_cycles(partials[at], target.vector_width(
+                    problem.partials_type), target.vector_width(problem.out_type))
+            continue
+        stages = multi_stage_reduce_plan(depth)
+        sent, remaining = partials[at], depth  # the later stages' exchange (addExchange...)
+        for index, target_depth in enumerate(stages):
+            if index:
+                exchange[at] += _exchange_cycles(sent, p_size, target)
+            step = -(-remaining // target_depth)
+            sent, remaining = -(-sent // step), -(-remaining // step)
+        if remaining > 1 and stages:
+            exchange[at] += _exchange_cycles(sent, p_size, target)
+        outputs = -(-partials[at] // depth) * depth  # the stages' vertices (addReduceCycle...)
+        remaining = depth
+        cost, temp = np.zeros_like(outputs), np.zeros_like(outputs)
+        for target_depth in stages:
+            step = -(-remaining // target_depth)
+            remaining, outputs = -(-remaining // step), -(-outputs // step)
+            cost += reduce_add_cycles(outputs, np.full_like(outputs, step), float_out,
+                                      float_partials)
+            temp = np.maximum(temp, outputs * step)
+        if remaining > 1:
+            outputs = -(-outputs // remaining)
+            cost += reduce_add_cycles(outputs, np.full_like(outputs, remaining), float_out,
+                                      float_partials)
+            temp = np.maximum(temp, outputs * remaining)
+        reduce_cycles[at] = cost
+        reduce_temp[at] = temp * problem.out_type.size
+
+    transform, transform_temp = _transform_costs(problem, method, orientation, tiles, co_t * fb
+                                                 * gb)
+    cycles = partial_calc + exchange + reduce_cycles + transform
+    conv_temp = in_size * (inputs + weights) + p_size * partials
+    temporary = np.maximum(np.maximum(conv_temp, reduce_temp), transform_temp)
+    if orientation == FIELD_N:
+        block = np.stack([gb, ob, kb, fb], axis=1)
+    else:
+        block = np.stack([gb, fb, kb, ob], axis=1)
+    return {"block": block, "cycles": cycles.astype(np.int64),
+            "temporary": temporary.astype(np.int64), "tiles": tiles,
+            "partials": partial_calc, "exchange": exchange, "reduce": reduce_cycles,
+            "transform": transform, "direct": (pk == 1) & (problem.partials_type
+                                                           == problem.out_type)}
+
+
+def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
+                     tiles: np.ndarray, outputs_per_tile: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Cycles and temporary bytes of the rearrangements a candidate needs
+    (``addTransformCycleEstimate``): the swapped orientation copies both operands and the
+    output into its layout; a plain product whose partial groups are not the AMP's weights per
+    unit regroups its output."""
+    target = problem.target
+    G, M, K, N = problem.shape
+    memcpy = target.data_path_width_bits // 8
+    out_size = problem.out_type.size
+    pair = 2 if problem.in_type == FLOAT else 4
+    cycles = np.zeros_like(tiles)
+    temp = np.zeros_like(tiles)
+    if orientation == FIELD_M:
+        f1 = 4 if (K * N) % pair == 0 else 3
+        moved = -(-(G * (M * K + K * N)) // tiles) * out_size
+        cycles += -(-moved // target.exchange_bytes_per_cycle) + -(
+            -TRANSFORM_COPY_FACTOR * moved // (min(memcpy, out_size) * f1))
+        out_bytes = -(-(G * M * N) // tiles) * out_size
+        f1_out = 4 if N % pair == 0 else 3
+        cycles += -(-out_bytes // target.exchange_bytes_per_cycle) + -(
+            -TRANSFORM_COPY_FACTOR * out_bytes // (min(memcpy, out_size) * f1_out))
+        temp = 2 * np.maximum(moved, out_bytes)
+    elif (problem.plain_matmul and method.kind == "AMP"
+          and method.partial_chans_per_group != method.weights_per_conv_unit):
+        out_bytes = outputs_per_tile * out_size
+        copy_rate = min(memcpy, method.partial_chans_per_group * out_size)
+        cycles += -(-TRANSFORM_COPY_FACTOR * out_bytes // (copy_rate * 4))
+    return cycles, temp
+
+
+# ---- choosing ---------------------------------------------------------------------------------
+def _candidates(problem: _Problem, inference: bool) -> Iterator[tuple[str, ConvMethod, dict]]:
+    """Every (orientation, method) with its evaluated splits, in the order poplin tries them."""
+    for orientation in (FIELD_N, FIELD_M):
+        for method in conv_methods(problem.target, problem.in_type, problem.partials_type,
+                                   inference):
+            yield orientation, method, _evaluate(problem, method, orientation)
+
+
+def _best(problem: _Problem, inference: bool, bound: float | None):
+    """The candidate with the fewest cycles (then temporary bytes, then poplin's order) whose
+    temporaries fit ``bound``; None if none does."""
+    best = None
+    for order, (orientation, method, table) in enumerate(_candidates(problem, inference)):
+        ok = np.ones(len(table["cycles"]), dtype=bool) if bound is None else \
+            table["temporary"] <= bound
+        if not ok.any():
+            continue
+        index = np.flatnonzero(ok)
+        pick = index[np.lexsort((table["tiles"][index], table["temporary"][index],
+                                 table["cycles"][index]))[0]]
+        key = (int(table["cycles"][pick]), int(table["temporary"][pick]), order)
+        if best is None or key < best[0]:
+            best = (key, orientation, method, table, int(pick))
+    return best
+
+
+@functools.lru_cache(maxsize=512)
+def plan_product(target: Target, shape: tuple[int, int, int, int], in_type: DType,
+                 partials_type: DType, out_type: DType, proportion: float,
+                 inference: bool = False, plain_matmul: bool = True) -> MatMulPlan:
+    """poplin's plan of ``shape`` (see the module docstring).  Cached, as poplin's
+    ``PlanningCache``."""
+    G, M, K, N = shape
+    bound = proportion * target.bytes_per_tile
+    problem = _Problem(target, shape, in_type, partials_type, out_type, plain_matmul)
+    if proportion == 0:
+        found = _least_temporary(problem, inference)
+        return _make_plan(problem, found, 1, N, fits=True)
+    limit = bound
+    while limit <= 2 * target.bytes_per_tile:
+        found = _best(problem, inference, limit)
+        if found is not None:
+            return _make_plan(problem, found, 1, N, fits=limit == bound)
+        limit *= 2
+    for serial in range(2, MAX_SERIAL_SLICES + 1):  # serial slices of N (output channels)
+        width = -(-N // serial)
+        sliced = _Problem(target, (G, M, K, width), in_type, partials_type, out_type,
+                          plain_matmul)
+        found = _best(sliced, inference, bound)
+        if found is not None:
+            return _make_plan(sliced, found, -(-N // width), width, fits=True, shape=shape)
+    found = _best(problem, inference, None)
+    return _make_plan(problem, found, 1, N, fits=False)
+
+
+def _least_temporary(problem: _Problem, inference: bool):
+    """``availableMemoryProportion`` 0: the least temporary memory, then the fewest cycles."""
+    best = None
+    for order, (orientation, method, table) in enumerate(_candidates(problem, inference)):
+        pick = int(np.lexsort((table["cycles"], table["temporary"]))[0])
+        key = (int(table["temporary"][pick]), int(table["cycles"][pick]), order)
+        if best is None or key < best[0]:
+            best = (key, orientation, method, table, pick)
+    return best
+
+
+def _make_plan(problem: _Problem, found, serial: int, width: int, fits: bool,
+               shape: tuple[int, int, int, int] | None = None) -> MatMulPlan:
+    _, orientation, method, table, pick = found
+    terms = tuple((name, int(table[name][pick]))
+                  for name in ("partials", "exchange", "reduce", "transform"))
+    return MatMulPlan(shape=shape or problem.shape,
+                      block=tuple(int(v) for v in table["block"][pick]), serial=serial,
+                      slice_width=width, partials_type=problem.partials_type,
+                      direct=bool(table["direct"][pick]),
+                      cycles=int(table["cycles"][pick]) * serial,
+                      temporary_bytes=int(table["temporary"][pick]), fits=fits,
+                      orientation=orientation, method=method, breakdown=terms)
+
+
+def block_tile_grid(geometry: Blocking, orientation: str) -> np.ndarray:
+    """The tile of every block, ``[Pg, Pk, Pm, Pn]``, numbered as poplin numbers a partition's
+    tiles (``linearizeConvIndices``): conv groups, then input channels, then the field, then the
+    output channels innermost (tiles sharing an input are neighbours)."""
+    Pg, Pk, Pm, Pn = geometry.counts
+    ig, ik, im, in_ = np.meshgrid(np.arange(Pg), np.arange(Pk), np.arange(Pm), np.arange(Pn),
+                                  indexing="ij")
+    if orientation == FIELD_N:
+        tiles = ((ig * Pk + ik) * Pn + in_) * Pm + im
+    else:
+        tiles = ((ig * Pk + ik) * Pm + im) * Pn + in_
+    return tiles.astype(np.int64)
+

@@ -1,0 +1,157 @@
+"""Where a view's elements lie in tile memory: Poplar's ``getSortedContiguousRegions``, for the
+vertex choices of the cycle estimators (:mod:`gruc.runtime.codelets.poplibs_estimates`).
+
+poplibs picks a codelet by the *memory* regions of an operand on a tile: one contiguous region
+gets a supervisor vertex, several get worker vertices.  Poplar keeps a variable's elements on a
+tile as one block, in element order, and so does gruc's memory plan (one block per variable and
+tile).  So two elements of a view are neighbours in memory when they are on the same tile, in the
+same variable, and no element of that variable on that tile lies between them — consecutive ids,
+or ids whose gap holds only other tiles' elements (a column block of a row-mapped matrix is one
+region on its tile).  This module finds those regions from the tile table and the view's ids;
+a sequence the graph stores as one repeated row (``rows_alike``) is read row by row, never
+expanded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gruc.ir.mapping import distinct
+from gruc.ir.tensor import Tensor, Variable
+from gruc.ir.tile_table import repeats_its_rows
+
+_MEMO_ENTRIES = 256
+_CHECKED_BELOW = 1 << 22
+"""Rows of fewer tiles than this are compared with a copy at every use (a memo is never stale);
+longer ones are trusted while the table's array and the variable's row length are unchanged."""
+
+_MEMO: dict[int, "VariableTiles"] = {}
+"""The last :class:`VariableTiles` of each variable, by ``id``: a step's thousand dynamic slice
+vertices read one sequence."""
+
+
+class VariableTiles:
+    """The tiles of one variable's elements as the graph stores them: a row of ``length`` tiles
+    that repeats (a sequence laid out alike at every step), or every element (``length`` = its
+    size); with the row's elements sorted by tile, made when first asked."""
+
+    __slots__ = ("variable", "row", "length", "repeats", "key", "num_tiles", "_snapshot",
+                 "_counts", "_order", "_starts")
+
+    def __init__(self, variable: Variable, key: tuple) -> None:
+        graph = variable.graph
+        view = graph.element_tile_view(variable)
+        self.variable = variable
+        self.key = key
+        self.repeats = bool(view.ndim > 0 and repeats_its_rows(view))
+        self.row = (view[0] if self.repeats else view).reshape(-1)
+        self.length = max(len(self.row), 1)
+        self.num_tiles = graph.target.num_tiles
+        self._snapshot: np.ndarray | None = None
+
+    def _sorted(self) -> None:
+        """Count and sort the row's elements by tile (again if its tiles changed since)."""
+        if self._snapshot is not None and (len(self.row) >= _CHECKED_BELOW
+                                           or np.array_equal(self._snapshot, self.row)):
+            return
+        row = np.maximum(self.row, 0)
+        self._counts = np.bincount(row, minlength=self.num_tiles)
+        self._order = np.argsort(row, kind="stable")
+        self._starts = np.cumsum(self._counts) - self._counts
+        self._snapshot = self.row.copy()
+
+    def tiles_of(self, local: np.ndarray) -> np.ndarray:
+        """The tile of each element, by its position ``local`` in the variable."""
+        return self.row[local % self.length] if self.repeats else self.row[local]
+
+    def counts(self) -> np.ndarray:
+        """How many elements of the row (or of the variable) each tile holds."""
+        self._sorted()
+        return self._counts
+
+    def tile_between(self, first: int, last: int, tile: int) -> bool:
+        """Whether an element strictly between positions ``first < last`` is on ``tile``."""
+        if last - first <= 1:
+            return False
+        self._sorted()
+        begin = self._starts[tile]
+        at = self._order[begin:begin + self._counts[tile]]  # the tile's positions, ascending
+        if not len(at):
+            return False
+        if not self.repeats:
+            return bool(np.searchsorted(at, last) - np.searchsorted(at, first, side="right"))
+        if last - first - 1 >= self.length:
+            return True
+        low, high = (first + 1) % self.length, (last - 1) % self.length
+        if low <= high:
+            return bool(np.searchsorted(at, high, side="right") - np.searchsorted(at, low))
+        return bool(at[-1] >= low or at[0] <= high)
+
+    def ranks(self, local: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+        """Each element's place in its tile's block of the variable (elements in id order)."""
+        self._sorted()
+        in_row = np.empty(len(self.row), dtype=np.int64)
+        in_row[self._order] = np.arange(len(self.row)) \
+            - self._starts[np.maximum(self.row[self._order], 0)]
+        if not self.repeats:
+            return in_row[local]
+        rows, column = np.divmod(local, self.length)
+        return rows * self._counts[tiles] + in_row[column]
+
+
+def variable_tiles(variable: Variable) -> VariableTiles:
+    """The :class:`VariableTiles` of ``variable``, kept while its graph's table keeps its array
+    and the variable its row length."""
+    table = variable.graph._table  # noqa: SLF001 (read only: which array, which row length)
+    key = (id(table.array), table.repeating_row(variable.first_id))
+    found = _MEMO.get(id(variable))
+    if found is not None and found.variable is variable and found.key == key:
+        return found
+    if len(_MEMO) >= _MEMO_ENTRIES:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[id(variable)] = found = VariableTiles(variable, key)
+    return found
+
+
+def whole_variable(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is all of one variable, in order (its tiles' blocks, whole)."""
+    variables = tensor.variables()
+    return (len(variables) == 1 and tensor.contiguous_start() == variables[0].first_id
+            and tensor.num_elements == variables[0].num_elements)
+
+
+def tile_regions(tensor: Tensor, elements: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(tile, size)`` of every contiguous memory region of ``tensor``, by tile, then address.
+
+    A whole variable is one region on each tile that holds some of it (``elements``, when given,
+    are its elements per tile).  Any other view is walked element by element: its elements' blocks
+    and places in them (:meth:`VariableTiles.ranks`), sorted, cut where the place does not step by
+    one."""
+    if whole_variable(tensor):
+        if elements is None:
+            elements = np.bincount(tensor.graph.element_tiles(tensor),
+                                   minlength=tensor.graph.target.num_tiles)
+        tiles = np.flatnonzero(elements)
+        return tiles.astype(np.int64), np.asarray(elements, dtype=np.int64)[tiles]
+    ids = distinct(tensor.flat_ids())
+    if not len(ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    variables = sorted(tensor.variables(), key=lambda v: v.first_id)
+    span = max(v.num_elements for v in variables) + 1
+    keys = np.empty(len(ids), dtype=np.int64)
+    tile_of = np.empty(len(ids), dtype=np.int64)
+    for index, variable in enumerate(variables):
+        lo, hi = np.searchsorted(ids, [variable.first_id, variable.first_id + variable.num_elements])
+        if lo == hi:
+            continue
+        layout = variable_tiles(variable)
+        local = ids[lo:hi] - variable.first_id
+        tiles = layout.tiles_of(local).astype(np.int64)
+        tile_of[lo:hi] = tiles
+        keys[lo:hi] = (tiles * len(variables) + index) * span + layout.ranks(local, tiles)
+    order = np.argsort(keys, kind="stable")
+    keys, tile_of = keys[order], tile_of[order]
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(keys) != 1)))
+    sizes = np.diff(np.append(starts, len(keys)))
+    return tile_of[starts], sizes.astype(np.int64)

@@ -1,0 +1,392 @@
+"""Tile memory as Poplar counts it: every category, per tile, and where it lies.
+
+The memory plan (:mod:`gruc.passes.plan_memory`) places tensor data.  A Poplar tile holds more,
+and Poplar's memory report counts all of it (category names as in its graph profile):
+
+* ``variable`` / ``constant``: tensor data, from the plan: always-live, and the not-always-live
+  bytes of each step;
+* ``message``: the exchange's landing buffers.  A vertex reads only its own tile's memory, so
+  operands held elsewhere are copied to its tile before its compute set runs and live there while
+  it runs (poplin: "poplar will rearrange the data using exchange code ... this rearrangement
+  happens on every tile that receives the data").  Not always live: a step's received bytes add
+  to that step's not-always-live bytes; a ``Copy`` program writes straight into its destination;
+* ``vertexInstanceState`` / ``vertexFieldData``: each vertex's record on its tile (a pointer and
+  a count per field, 4-byte aligned) and its out-of-line arrays (edge-pointer lists, worklists),
+  once per vertex of every compute set the program runs, however often it runs;
+* ``vertexCode``: each codelet's machine code, once on every tile that runs it;
+* ``controlCode``: the instructions that step each tile through the program: a sync and a branch
+  per superstep on every tile, a launch per vertex a tile runs, loop and call bookkeeping;
+* ``internalExchangeCode``: each exchange's code on the tiles that take part: an entry and a
+  return, and per message a send or a receive set-up.
+
+A device whose program is not compiled to IPU code (``target.compile_ipu_code`` false: poplibs'
+test IPUModels) holds no code: its vertex, control and exchange code are zero, as in its profile.
+
+Everything but tensor data and landing buffers is always live and non-interleaved (code can only
+be fetched from non-interleaved memory).  A tile's highest address (``totalIncludingGaps``) is its
+non-interleaved end — the always-live categories, then its tensor data and buffers — or, if it
+holds interleaved data, the interleaved region's start plus what lies there.  Sources and
+formulas per category: ``docs/memory-model.md``.
+
+``model="tensors"`` keeps tensor data alone (gruc's figures before this model), for comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from gruc.errors import GrucValueError
+from gruc.ir.codelets.matmul import FIELD_N, block_tiles, blocking_of, method_of
+from gruc.ir.graph import Graph, Vertex
+from gruc.ir.module import Module
+from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.passes.memory_plan import MemoryPlan, TileOverflow
+from gruc.passes.plan_memory import LARGEST_SHOWN, tile_total
+from gruc.runtime.cost import StepCost
+from gruc.target import Target
+from gruc.types import FLOAT
+
+MEMORY_MODELS = ("poplar", "tensors")
+
+ALWAYS_LIVE_CATEGORIES = ("variable", "constant", "vertexCode", "vertexInstanceState",
+                          "vertexFieldData", "controlCode", "internalExchangeCode")
+"""Always-live categories, in the order reports list them."""
+
+NOT_ALWAYS_LIVE_CATEGORIES = ("variable", "message")
+"""Not-always-live categories: tensor data, and the exchange's landing buffers."""
+
+INSTRUCTION_BYTES = 4
+"""Every Colossus instruction is 32 bits (pairs issue as 64-bit bundles)."""
+
+SPAN_BYTES = 8
+"""A vertex field's record: a 32-bit pointer and a 32-bit element count (Poplar's ``SPAN``)."""
+
+POINTER_BYTES = 4
+"""One entry of an edge-pointer list (``ONE_PTR``)."""
+
+CONTROL_INSTRUCTIONS = {"superstep": 2, "vertex": 2, "repeat": 3, "call": 2, "branch": 2}
+"""Control code per program element, in instructions: every tile syncs and branches to its next
+step at each superstep; a tile launches each vertex it runs with ``setzi`` (its state's address)
+and ``run``; a ``Repeat`` sets its counter, counts down and branches back; a ``Call`` calls and
+returns; an ``If`` / ``RepeatWhileTrue`` tests its predicate and branches."""
+
+EXCHANGE_INSTRUCTIONS = {"entry": 2, "message": 2}
+"""Exchange code per exchange a tile takes part in: a call into it and a return, then per
+message it sends a ``send`` and its set-up, per message it receives the incoming pointer's
+set-up (``delaypic`` / ``sendpicp``): two instructions each."""
+
+AMP_RECORD_BYTES = 32
+"""``ConvPartial1x1Out``'s record: four vector pointers and seven 16-bit counts, padded."""
+
+AMP_WORKLIST_BYTES = 36
+"""Its worklists: three 16-bit entries (output offset, count, input offset) for each of the six
+workers."""
+
+CODE_BYTES = {
+    "MatMulPartials:AMP": 1024,
+    "MatMulPartials:MAC": 640,
+    "MatMulReduce": 384,
+    "MatMulReduceAcc": 384,
+    "Map": 320,
+    "MapInPlace": 320,
+    "DynamicSlice": 384,
+    "DynamicUpdate": 384,
+    "Reduce": 640,
+    "ReduceUpdate": 640,
+}
+"""Code bytes of each codelet, counted (instructions x 4 bytes) from poplibs' assembly for it,
+or, for codelets poplibs compiles from C++ (generated elementwise expressions), from the assembly
+of the popops vertex doing the same work; see ``docs/memory-model.md``."""
+
+DEFAULT_CODE_BYTES = 384
+"""Code bytes of a codelet not in :data:`CODE_BYTES`."""
+
+
+@dataclass(frozen=True, eq=False)
+class Footprint:
+    """Every byte Poplar would put on every tile, by category (see the module docstring)."""
+
+    target: Target
+    model: str
+    always_live: dict[str, np.ndarray]
+    """Per always-live category, bytes per tile (int64)."""
+    not_always_live: dict[str, np.ndarray]
+    """Per not-always-live category, each tile's bytes at its peak step."""
+    not_always_live_peak: np.ndarray
+    """Per tile: the most not-always-live bytes at any step (tensor data plus landing buffers)."""
+    peak_step: np.ndarray
+    """Per tile: the step of that peak (-1: none)."""
+    interleaved_bytes: np.ndarray
+    """Per tile: bytes of its interleaved region in use (gaps included)."""
+    total_including_gaps: np.ndarray
+    """Per tile: its highest address in use."""
+    largest: dict[int, tuple[tuple[str, int], ...]]
+    """Per over-capacity tile: its largest tensors."""
+
+    @cached_property
+    def always_live_bytes(self) -> np.ndarray:
+        return sum(self.always_live.values())
+
+    @cached_property
+    def tiles_over_capacity(self) -> tuple[TileOverflow, ...]:
+        capacity = self.target.bytes_per_tile
+        return tuple(TileOverflow(tile, int(self.total_including_gaps[tile]), capacity,
+                                  self.largest.get(tile, ()))
+                     for tile in np.flatnonzero(self.total_including_gaps > capacity).tolist())
+
+    @property
+    def tiles_used(self) -> int:
+        """Tiles holding tensor data or running vertices (every tile holds control code)."""
+        used = (self.always_live["variable"] + self.always_live["constant"]
+                + self.always_live["vertexInstanceState"] + self.not_always_live_peak) > 0
+        return int(np.count_nonzero(used))
+
+    @property
+    def fits(self) -> bool:
+        return not np.any(self.total_including_gaps > self.target.bytes_per_tile)
+
+    @property
+    def max_tile_bytes(self) -> int:
+        return int(self.total_including_gaps.max(initial=0))
+
+    def total_memory(self) -> int:
+        """Poplar's total: every tile's always-live bytes plus its not-always-live peak."""
+        return int(self.always_live_bytes.sum()) + int(self.not_always_live_peak.sum())
+
+
+# ---- vertex state and code --------------------------------------------------------------------
+def _vertex_tiles(graph: Graph, vertex: Vertex) -> np.ndarray:
+    """The tiles a vertex runs on: its own, or those holding elements of its split field."""
+    if vertex.tile is not None:
+        return np.array([vertex.tile], dtype=np.int64)
+    return np.unique(graph.element_tiles(vertex.fields[vertex.kind.split])).astype(np.int64)
+
+
+def _record_bytes(vertex: Vertex) -> tuple[int, int]:
+    """A vertex's state on one tile: its record and its out-of-line field data, in bytes."""
+    record, data = 0, 0
+    for name, spec in vertex.kind.fields.items():
+        if name not in vertex.fields:
+            continue
+        if spec.vector:
+            record += POINTER_BYTES
+            data += SPAN_BYTES * len(vertex.fields[name])
+        else:
+            record += SPAN_BYTES
+    return -(-record // 4) * 4, data
+
+
+def _matmul_state(vertex: Vertex, num_tiles: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ConvPartial1x1Out``'s record and arrays on each block's tile: a pointer per input group,
+    per weights group pair and per output group, and the worklists."""
+    geometry = blocking_of(vertex)
+    method = method_of(vertex)
+    gb, kb, mb, nb = geometry.block_dims()
+    out_chans = mb if vertex.params["orientation"] == FIELD_N else nb
+    n_in = -(-kb // method.in_chans_per_group)
+    n_out = -(-out_chans // method.partial_chans_per_group)
+    arrays = POINTER_BYTES * gb * (n_in + n_in * n_out + n_out) + AMP_WORKLIST_BYTES
+    tiles = block_tiles(vertex).reshape(-1)
+    record = np.bincount(tiles, minlength=num_tiles) * AMP_RECORD_BYTES
+    data = np.bincount(tiles, weights=arrays.reshape(-1), minlength=num_tiles)
+    return record.astype(np.int64), data.astype(np.int64)
+
+
+def _reduce_state(vertex: Vertex, tiles: np.ndarray, num_tiles: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``ReduceAdd``'s record (output and partials pointers, counts) and its list of one pointer
+    per partial row."""
+    depth = vertex.fields["partials"].shape[1]
+    record, data = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
+    record[tiles] = 2 * SPAN_BYTES
+    data[tiles] = POINTER_BYTES * depth
+    return record, data
+
+
+def codelet_of(vertex: Vertex) -> str:
+    """The codelet a vertex runs, as :data:`CODE_BYTES` names it (a generated elementwise
+    codelet per distinct expression)."""
+    name = vertex.kind.name
+    if name == "MatMulPartials":
+        return f"{name}:{method_of(vertex).kind}:{vertex.fields['a'].dtype.name}"
+    if name in ("Map", "MapInPlace"):
+        return f"{name}:{vertex.params['expr']!r}"
+    return name
+
+
+def _code_bytes(codelet: str) -> int:
+    kind = codelet.split(":")[0]
+    if kind == "MatMulPartials":
+        kind = ":".join(codelet.split(":")[:2])
+    return CODE_BYTES.get(kind, DEFAULT_CODE_BYTES)
+
+
+# ---- control and exchange code ----------------------------------------------------------------
+def _control_elements(module: Module) -> dict[str, int]:
+    """How many Repeat, Call and branch nodes the module's code holds (each function once)."""
+    counts = {"repeat": 0, "call": 0, "branch": 0}
+    seen: set[int] = set()
+
+    def visit(node: Program) -> None:
+        if isinstance(node, Sequence):
+            for child in node.programs:
+                visit(child)
+        elif isinstance(node, Repeat):
+            counts["repeat"] += 1
+            visit(node.body)
+        elif isinstance(node, Call):
+            counts["call"] += 1
+            if id(node.function) not in seen:
+                seen.add(id(node.function))
+                visit(node.function.program)
+        elif isinstance(node, RepeatWhileTrue):
+            counts["branch"] += 1
+            visit(node.condition)
+            visit(node.body)
+        elif isinstance(node, If):
+            counts["branch"] += 1
+            visit(node.then)
+            visit(node.otherwise)
+
+    for program in module.programs:
+        visit(program)
+    return counts
+
+
+class _Counter:
+    """Builds a module's footprint from its plan and step costs."""
+
+    def __init__(self, module: Module, plan: MemoryPlan, costs: tuple[StepCost, ...]) -> None:
+        self.module, self.plan, self.costs = module, plan, costs
+        self.graph = module.graph
+        self.target = module.graph.target
+        self.num_tiles = self.target.num_tiles
+
+    def zeros(self) -> np.ndarray:
+        return np.zeros(self.num_tiles, dtype=np.int64)
+
+    def vertices(self) -> dict[str, np.ndarray]:
+        """Vertex state, field data and code of every compute set the module runs."""
+        state, data, code = self.zeros(), self.zeros(), self.zeros()
+        codelets: dict[str, np.ndarray] = {}
+        seen: set[int] = set()
+        launches = self.zeros()
+        for step in self.plan.liveness.steps:
+            node = step.node
+            if not isinstance(node, Execute) or id(node.compute_set) in seen:
+                continue
+            seen.add(id(node.compute_set))
+            for vertex in node.compute_set.vertices:
+                tiles = _vertex_tiles(self.graph, vertex)
+                if vertex.kind.name == "MatMulPartials":
+                    record, arrays = _matmul_state(vertex, self.num_tiles)
+                elif vertex.kind.name in ("MatMulReduce", "MatMulReduceAcc"):
+                    record, arrays = _reduce_state(vertex, tiles, self.num_tiles)
+                else:
+                    size, extra = _record_bytes(vertex)
+                    record, arrays = self.zeros(), self.zeros()
+                    record[tiles], arrays[tiles] = size, extra
+                state += record
+                data += arrays
+                launches[tiles] += 1
+                mask = codelets.setdefault(codelet_of(vertex), np.zeros(self.num_tiles, bool))
+                mask[tiles] = True
+        for codelet, mask in codelets.items():
+            code += mask * _code_bytes(codelet)
+        self.launches = launches
+        return {"vertexCode": code, "vertexInstanceState": state, "vertexFieldData": data}
+
+    def control(self) -> np.ndarray:
+        """Control code: supersteps and control nodes on every tile, launches on the tiles that
+        run vertices (:data:`CONTROL_INSTRUCTIONS`)."""
+        steps = sum(1 for step in self.plan.liveness.steps
+                    if isinstance(step.node, (Execute, Copy)))
+        nodes = _control_elements(self.module)
+        fixed = (steps * CONTROL_INSTRUCTIONS["superstep"]
+                 + sum(CONTROL_INSTRUCTIONS[name] * count for name, count in nodes.items()))
+        return INSTRUCTION_BYTES * (fixed + CONTROL_INSTRUCTIONS["vertex"] * self.launches)
+
+    def exchange_code(self) -> np.ndarray:
+        """Exchange code of every exchange step, once (a loop body's exchanges are stored once):
+        entry and return where a tile takes part, set-up per message (:data:`EXCHANGE_...`)."""
+        total = self.zeros()
+        for cost in self.costs:
+            messages = cost.peers_in_by_tile + cost.peers_out_by_tile
+            total += np.where(messages > 0, EXCHANGE_INSTRUCTIONS["entry"]
+                              + EXCHANGE_INSTRUCTIONS["message"] * messages, 0)
+        return INSTRUCTION_BYTES * total
+
+    def landing_by_step(self) -> list[tuple[int, np.ndarray]]:
+        """``(step, bytes each tile receives)`` of the compute sets whose vertices read operands
+        held on other tiles: those bytes land in buffers on the reading tiles."""
+        return [(step.index, cost.bytes_in_by_tile)
+                for step, cost in zip(self.plan.liveness.steps, self.costs)
+                if isinstance(step.node, Execute) and cost.bytes_in_by_tile.any()]
+
+    def peaks(self, landing: list[tuple[int, np.ndarray]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per tile: the not-always-live peak with landing buffers, its tensor part, its step."""
+        plan = self.plan
+        table = plan.signature_not_always_live_by_step
+        used = plan.tile_signature >= 0
+        tensors_at = np.zeros((self.num_tiles, table.shape[1]), dtype=np.int64)
+        tensors_at[used] = table[plan.tile_signature[used]]
+        total_at = tensors_at.copy()
+        for step, received in landing:
+            total_at[:, step] += received
+        if not total_at.shape[1]:
+            return self.zeros(), self.zeros(), np.full(self.num_tiles, -1, dtype=np.int64)
+        peak_step = total_at.argmax(axis=1)
+        rows = np.arange(self.num_tiles)
+        return total_at[rows, peak_step], tensors_at[rows, peak_step], \
+            np.where(total_at.max(axis=1) > 0, peak_step, -1)
+
+
+def _largest(plan: MemoryPlan, tiles: list[int]) -> dict[int, tuple[tuple[str, int], ...]]:
+    """The largest tensors on each of ``tiles``, largest first."""
+    result = {}
+    for tile in tiles:
+        blocks = sorted(plan.tile_blocks(tile), key=lambda b: (-b[2], b[0]))[:LARGEST_SHOWN]
+        result[tile] = tuple((name, nbytes) for name, _, nbytes, _ in blocks)
+    return result
+
+
+def memory_footprint(module: Module, plan: MemoryPlan, costs: tuple[StepCost, ...],
+                     model: str = "poplar") -> Footprint:
+    """The footprint of a compiled module (see the module docstring)."""
+    if model not in MEMORY_MODELS:
+        raise GrucValueError(f"memory model {model!r} is not one of: {', '.join(MEMORY_MODELS)}")
+    graph = module.graph
+    target = graph.target
+    counter = _Counter(module, plan, costs)
+    constants = {index for index, variable in enumerate(graph.variables) if variable.is_constant}
+    constant_bytes = counter.zeros()
+    for index in constants & set(plan.allocated):
+        for tile, _, nbytes in plan.blocks(index):
+            constant_bytes[tile] += nbytes
+    always = {"variable": plan.always_live_bytes - constant_bytes, "constant": constant_bytes}
+    if model == "tensors":
+        always.update({name: counter.zeros() for name in ALWAYS_LIVE_CATEGORIES[2:]})
+        peak, tensors, step = plan.not_always_live_bytes, plan.not_always_live_bytes, \
+            np.full(target.num_tiles, -1, dtype=np.int64)
+        total = plan.total_bytes
+    else:
+        always.update(counter.vertices())
+        always["controlCode"] = counter.control()
+        always["internalExchangeCode"] = counter.exchange_code()
+        if not target.compile_ipu_code:  # nothing compiled: no code in the device's memory
+            for name in ("vertexCode", "controlCode", "internalExchangeCode"):
+                always[name] = counter.zeros()
+        peak, tensors, step = counter.peaks(counter.landing_by_step())
+        fixed = sum(always[name] for name in ALWAYS_LIVE_CATEGORIES[2:])
+        ends = plan.region_ends.copy()
+        ends[0] = fixed + np.maximum(ends[0], plan.always_live_bytes + peak
+                                     - plan.region_ends[1])
+        total = tile_total(ends, target.interleaved_memory_start)
+    overflowing = np.flatnonzero(total > target.bytes_per_tile).tolist()
+    return Footprint(target, model, always, {"variable": tensors, "message": peak - tensors},
+                     peak, step, plan.region_ends[1].copy(), total,
+                     _largest(plan, overflowing[:16]))
