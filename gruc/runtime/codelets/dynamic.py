@@ -381,6 +381,21 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
     rows of one variable."""
     variables = base.variables()
     layout = base.layout()
+    if len(variables) == 1 and isinstance(layout, Strided) and base.rank == 2 \
+            and layout.strides[1] == 1:  # the tile's columns are one run of ids: the usual case
+        variable = variables[0]
+        tiles = variable_tiles(variable)
+        local = layout.offset - variable.first_id
+        if (tiles.tiles_of_run(local, columns) == tile).all():
+            sizes = np.array([columns], dtype=np.int64)
+            if rows == 1:
+                return sizes, True
+            if tiles.repeats and layout.strides[0] == tiles.length:
+                # consecutive rows of a sequence: its rows' elements on the tile are these
+                return sizes, bool(tiles.counts()[tile] == columns)
+            after = local + layout.strides[0]
+            return sizes, bool(after > local + columns - 1 and not tiles.tile_between(
+                local + columns - 1, after, tile))
     if isinstance(layout, Strided) and base.rank == 2:
         row_stride, column_stride = layout.strides
         first = layout.offset + np.arange(columns, dtype=np.int64) * column_stride
@@ -406,7 +421,6 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
     if len(sizes) != 1 or rows == 1:
         return sizes, len(sizes) == 1
     if layout_tiles.repeats and row_stride == layout_tiles.length:
-        # consecutive rows of a sequence: its rows' elements on the tile are exactly these
         return sizes, bool(layout_tiles.counts()[tile] == columns)
     after = int(np.min(second)) - variable.first_id
     return sizes, bool(after > local[-1] and not layout_tiles.tile_between(

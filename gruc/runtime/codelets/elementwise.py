@@ -424,12 +424,12 @@ def _child_kind(node: ex.Expr, kinds: list[str]) -> str:
 
 
 def _one_op(node: ex.Expr, dtypes: list[DType], kinds: list[str], in_place: bool) -> MapCodelet:
-    """The popops vertex family of one operation node (ElementWise.cpp's choice)."""
+    """The popops vertex family of one operation node (ElementWise.cpp's choice); ``in_place``:
+    the node writes its first operand (:func:`_in_place_path`)."""
     args = ex.children(node)
     arg_types = [ex.result_dtype(a, dtypes) for a in args]
     arg_kinds = [_child_kind(a, kinds) for a in args]
     out_type = ex.result_dtype(node, dtypes)
-    in_place = in_place and isinstance(args[0], ex.PlaceHolder) and args[0].index == 1
     if isinstance(node, ex.Cast):
         return MapCodelet("cast", arg_types[0], out_dtype=out_type)
     if isinstance(node, ex.UnaryOp):
@@ -478,7 +478,7 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
     fused tree; else one per operation node (poplibs' unfused evaluation, each into a temporary
     laid out like the output, the root in place when the map is and its first operand is
     ``_1``).  ``dtypes`` and ``kinds`` are the operands' (``_1`` first)."""
-    expression = ex.bind_const_types(expression, dtypes)
+    expression = optimised(ex.bind_const_types(expression, dtypes))
     out_type = ex.result_dtype(expression, dtypes)
     if ex.num_ops(expression) == 0:
         if isinstance(expression, ex.Const):
@@ -494,15 +494,45 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
                            in_place=in_place, out_dtype=out_type)]
     codelets: list[MapCodelet] = []
 
-    def visit(node: ex.Expr, root: bool) -> None:
+    def visit(node: ex.Expr, writes: bool) -> None:
         if isinstance(node, (ex.PlaceHolder, ex.Const)):
             return
-        for child in ex.children(node):
-            visit(child, False)
-        codelets.append(_one_op(node, dtypes, kinds, in_place and root))
+        for k, child in enumerate(ex.children(node)):
+            visit(child, writes and k == 0 and not isinstance(node, ex.Cast))
+        codelets.append(_one_op(node, dtypes, kinds, writes))
 
-    visit(expression, True)
+    visit(expression, in_place and _in_place_path(expression))
     return codelets
+
+
+def _in_place_path(expression: ex.Expr) -> bool:
+    """Whether poplibs' unfused ``mapInPlace`` works in place: the operations on the leftmost
+    path from the root write their first operand when that path ends at ``_1`` and it is the last
+    ``_1`` its traversal meets — the only one, as the leftmost leaf is met first (else the
+    result is computed aside and copied into ``_1``: a copy gruc's Map does not make)."""
+    node = expression
+    while not isinstance(node, (ex.PlaceHolder, ex.Const)):
+        node = ex.children(node)[0]
+    ones = sum(isinstance(n, ex.PlaceHolder) and n.index == 1 for n in ex.walk(expression))
+    return isinstance(node, ex.PlaceHolder) and node.index == 1 and ones == 1
+
+
+def optimised(expression: ex.Expr) -> ex.Expr:
+    """poplibs' ``optimise`` (``enableExpressionOptimizations``, on by default): ``pow(x, c)``
+    with ``c`` 0.5, -0.5, -1 or 2 becomes sqrt, rsqrt, inverse or square (``c`` 1: ``x``)."""
+    if isinstance(expression, (ex.PlaceHolder, ex.Const)):
+        return expression
+    args = [optimised(child) for child in ex.children(expression)]
+    if isinstance(expression, ex.BinaryOp) and expression.op is ex.Binary.POW \
+            and isinstance(args[1], ex.Const) and args[1].dtype in (FLOAT, HALF):
+        value = float(args[1].value)
+        unary = {0.5: ex.Unary.SQRT, -0.5: ex.Unary.RSQRT, -1.0: ex.Unary.INVERSE,
+                 2.0: ex.Unary.SQUARE}.get(value)
+        if unary is not None:
+            return ex.UnaryOp(unary, args[0])
+        if value == 1.0:
+            return args[0]
+    return ex.with_children(expression, args)
 
 
 class TileWork:

@@ -47,22 +47,31 @@ class VariableTiles:
         self.row = (view[0] if self.repeats else view).reshape(-1)
         self.length = max(len(self.row), 1)
         self.num_tiles = graph.target.num_tiles
-        self._snapshot: np.ndarray | None = None
+        self._snapshot: bytes | None = None
 
     def _sorted(self) -> None:
         """Count and sort the row's elements by tile (again if its tiles changed since)."""
         if self._snapshot is not None and (len(self.row) >= _CHECKED_BELOW
-                                           or np.array_equal(self._snapshot, self.row)):
+                                           or self.row.tobytes() == self._snapshot):
             return
         row = np.maximum(self.row, 0)
         self._counts = np.bincount(row, minlength=self.num_tiles)
         self._order = np.argsort(row, kind="stable")
         self._starts = np.cumsum(self._counts) - self._counts
-        self._snapshot = self.row.copy()
+        self._snapshot = self.row.tobytes()
 
     def tiles_of(self, local: np.ndarray) -> np.ndarray:
         """The tile of each element, by its position ``local`` in the variable."""
         return self.row[local % self.length] if self.repeats else self.row[local]
+
+    def tiles_of_run(self, first: int, count: int) -> np.ndarray:
+        """The tiles of the ``count`` elements from position ``first``."""
+        if self.repeats:
+            start = first % self.length
+            if start + count <= self.length:
+                return self.row[start:start + count]
+            return self.tiles_of(np.arange(first, first + count, dtype=np.int64))
+        return self.row[first:first + count]
 
     def counts(self) -> np.ndarray:
         """How many elements of the row (or of the variable) each tile holds."""
