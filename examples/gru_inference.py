@@ -6,7 +6,9 @@ want them, ``gru_fwd`` records the time loop once (its size does not depend on t
 length), and the engine plans every tile's memory before running.  The result is checked against
 the float64 reference, and the report shows the memory per tile and the cycles by kind — then the
 same layer is split into as many time shards as the target allows (each shard's steps on its own
-tiles), which gives the same numbers from a smaller peak tile memory.
+tiles), which gives the same numbers from fewer bytes on the busiest tile (its data, buffers and
+code; the fullest tile's address range ends in the interleaved region either way, where the
+matmul's partial sums lie).
 """
 
 from __future__ import annotations
@@ -57,13 +59,19 @@ def main(sequence: int = 32, batch: int = 8, input_size: int = 64, hidden: int =
 
     shards = get_max_shards(target, params.rnn)
     sharded_output, sharded = build_and_run(params, target, shards, backend, data)
-    print(f"{gru.num_shards(Graph(target), params)} shard(s) (poplibs' heuristic): max tile "
-          f"{engine.report.max_tile_bytes} B; {shards} shards: max tile "
-          f"{sharded.report.max_tile_bytes} B; same output: "
+    busiest, sharded_busiest = busiest_tile_bytes(engine), busiest_tile_bytes(sharded)
+    print(f"{gru.num_shards(Graph(target), params)} shard(s) (poplibs' heuristic): busiest tile "
+          f"holds {busiest} B; {shards} shards: {sharded_busiest} B; same output: "
           f"{np.array_equal(output, sharded_output)}")
-    return {"error": error, "max_tile_bytes": float(engine.report.max_tile_bytes),
-            "shards": float(shards), "sharded_max_tile_bytes": float(sharded.report.max_tile_bytes),
+    return {"error": error, "busiest_tile_bytes": float(busiest), "shards": float(shards),
+            "sharded_busiest_tile_bytes": float(sharded_busiest),
             "sharded_error": float(np.abs(sharded_output - expected).max())}
+
+
+def busiest_tile_bytes(engine: Engine) -> int:
+    """The most bytes any tile holds at its peak: always-live plus not-always-live peak."""
+    report = engine.report
+    return int((report.always_live_bytes + report.not_always_live_max_bytes).max())
 
 
 if __name__ == "__main__":

@@ -120,20 +120,65 @@ GRU_LAYER_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
 GRU_LAYER_DEFAULTS = {"data_type": "half", "phase": "fwd"}
 """``gru_layer``'s own defaults where gruc's differ (gruc runs float unless asked)."""
 
+FC_LAYER_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "batch-size": ("batch_size", int),
+    "input-size": ("input_size", int),
+    "output-size": ("output_size", int),
+    "num-groups": ("num_groups", int),
+    "data-type": ("data_type", str),
+    "bias": ("bias", lambda text: text.lower() in ("1", "true")),
+}
+"""poplibs ``fully_connected_layer`` flags the yardstick uses."""
 
-def layer_config(row: PoplarRow) -> GruLayerConfig:
-    """The gruc layer a row measures, on its device (uncompiled, as poplibs' test IPUModel), with
-    nothing read back (``--ignore-data``); a GrucValueError says why a row cannot be built."""
-    if row.tool != "gru_layer":
-        raise GrucValueError(f"gruc has no {row.tool.split()[0]} tool yet")
-    given = dict(GRU_LAYER_DEFAULTS)
-    for name, value in parse_tool_flags(row.flags).items():
-        if name not in GRU_LAYER_FLAGS:
-            raise GrucValueError(f"gru_layer flag --{name} is not supported here")
-        field, parse = GRU_LAYER_FLAGS[name]
+GEMM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "m": ("m", int), "k": ("k", int), "n": ("n", int), "g": ("g", int),
+    "data-type": ("data_type", str),
+}
+"""poplibs ``general_matrix_multiply`` flags the yardstick uses."""
+
+TOOLS = {"gru_layer": (GRU_LAYER_FLAGS, GRU_LAYER_DEFAULTS),
+         "fully_connected_layer": (FC_LAYER_FLAGS, {}),
+         "general_matrix_multiply": (GEMM_FLAGS, {})}
+
+
+def layer_config(row: PoplarRow) -> Any:
+    """The gruc layer a row measures (a :class:`~gruc.popnn.gru_layer.GruLayerConfig`, or an
+    ``FcConfig`` / ``GemmConfig`` of :mod:`gruc.tools.products`), on its device (uncompiled, as
+    poplibs' test IPUModel), with nothing read back (``--ignore-data``); a GrucValueError says
+    why a row cannot be built."""
+    from gruc.tools.products import FcConfig, GemmConfig
+
+    tool, *tool_flags = row.tool.split(maxsplit=1)
+    if tool not in TOOLS:
+        raise GrucValueError(f"gruc has no {tool} tool")
+    known, given = TOOLS[tool][0], dict(TOOLS[tool][1])
+    flags = parse_tool_flags(" ".join(tool_flags + [row.flags]))
+    for name, value in flags.items():
+        if name not in known:
+            raise GrucValueError(f"{tool} flag --{name} is not supported here")
+        field, parse = known[name]
         given[field] = parse(value)
-    return GruLayerConfig(device_type=row.device_type, ignore_data=True, compile_ipu_code=False,
-                          **given)
+    common = {"device_type": row.device_type, "ignore_data": True, "compile_ipu_code": False}
+    model = {"gru_layer": GruLayerConfig, "fully_connected_layer": FcConfig,
+             "general_matrix_multiply": GemmConfig}[tool]
+    return model(**common, **given)
+
+
+def plan_figures(config: Any) -> tuple[Report, float]:
+    """Plan a layer compile-only (no passes) and report it as one invocation of its tool would
+    run: the report and its compile seconds."""
+    if isinstance(config, GruLayerConfig):
+        from gruc.plan.layer import plan_layer  # the planner imports the layer builders
+
+        plan = plan_layer(config, FIDELITY_PIPELINE)
+        return plan.report, plan.compile_seconds
+    from gruc.plan.static import plan_program
+    from gruc.tools.products import FcConfig, build_fc, build_gemm
+
+    layer = build_fc(config) if isinstance(config, FcConfig) else build_gemm(config)
+    report = plan_program(layer.graph, layer.programs, runs=layer.runs,
+                          pipeline=FIDELITY_PIPELINE)
+    return report, report.compile_seconds
 
 
 def figures(report: Report) -> dict[str, int]:
@@ -147,20 +192,18 @@ def figures(report: Report) -> dict[str, int]:
 def measure(row: PoplarRow) -> dict[str, Any]:
     """One row's result: Poplar's figures, gruc's and their ratios (gruc / Poplar), with the
     memory by category of gruc's fullest tile; or, for a row gruc cannot build, the reason."""
-    from gruc.plan.layer import plan_layer  # the planner imports the layer builders
-
     result: dict[str, Any] = {"target": row.target, "name": row.name, "tool": row.tool,
                               "flags": row.flags, "poplar": row.figures()}
     try:
-        config = layer_config(row)
-        plan = plan_layer(config, FIDELITY_PIPELINE)
+        report, seconds = plan_figures(layer_config(row))
     except GrucError as error:
         result["reason"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
         return result
-    mine = figures(plan.report)
+    mine = figures(report)
     result["gruc"] = mine
     result["ratio"] = {f: mine[f] / row.figures()[f] for f in FIGURES}
-    result["compile_seconds"] = round(plan.compile_seconds, 3)
+    result["compile_seconds"] = round(seconds, 3)
+    result["memory_by_category"] = report.memory_by_category()
     return result
 
 

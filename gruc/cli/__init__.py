@@ -24,6 +24,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 COMMANDS = {
     "gru": "build, run and check a GRU layer",
+    "fc": "build, run and check a fully connected layer",
+    "gemm": "build, run and check a general matrix multiply",
     "passes": "list passes and their options",
     "dump": "print the GRU layer's IR (text, json, dot)",
     "opt": "run a pass pipeline on a saved module",

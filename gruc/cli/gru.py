@@ -71,6 +71,8 @@ FLAGS = [
     ("--device-type", "device_type", str, "ipu1 or ipu2 (poplibs' IpuModel1 / IpuModel2)"),
     ("--tiles-per-ipu", "tiles_per_ipu", int, "tiles per IPU (default: all of the device's)"),
     ("--ipus", "ipus", int, "number of IPUs"),
+    ("--memory-model", "memory_model", str,
+     "poplar (every category Poplar counts) or tensors (tensor data alone)"),
     ("--compile-ipu-code", "compile_ipu_code", _bool,
      "compile to IPU code, so tiles hold code (0/1; poplibs' test IPUModels: 0)"),
     ("--ignore-data", "ignore_data", _bool,
@@ -143,7 +145,8 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
                   ) -> Engine:
     """The layer compiled but not run, its report counting the run it would make (the same
     cycles and exchange as ``gruc plan``), for ``--compile-only``."""
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
+                    memory_model=config.memory_model)
     engine.count_run(layer_step_counts(config, layer, engine.module, engine.plan.liveness.steps))
     return engine
 

@@ -21,8 +21,9 @@ sums of the input-channel split in stages.  Each candidate is costed as poplin c
 The plan with the fewest cycles whose temporary bytes per tile (the tile's inputs, weights and
 partials, or the reduction's, whichever is more) fit ``availableMemoryProportion`` of a tile
 wins; ties go to fewer temporary bytes, then to the candidate poplin tries first.  When none
-fits, the bound is doubled up to twice a tile's memory, then dropped (poplin's later planner);
-as a last resort the product runs in serial slices of the output channels.
+fits, the product runs in serial slices of n (poplin's serial splits of the output channels, which
+must divide them), as few as fit; failing that, the bound is doubled up to twice a tile's memory,
+then dropped (poplin's later planner), and the plan says it does not fit.
 
 Blocks are grain-aligned ceiling splits: a dimension of ``n`` cut into ``p`` parts gets blocks
 of ``ceil(n / p)`` (in grains), the last shorter — the per-tile sizes poplin's model costs.
@@ -338,21 +339,29 @@ def plan_product(target: Target, shape: tuple[int, int, int, int], in_type: DTyp
     if proportion == 0:
         found = _least_temporary(problem, inference)
         return _make_plan(problem, found, 1, N, fits=True)
-    limit = bound
-    while limit <= 2 * target.bytes_per_tile:
-        found = _best(problem, inference, limit)
-        if found is not None:
-            return _make_plan(problem, found, 1, N, fits=limit == bound)
-        limit *= 2
-    for serial in range(2, MAX_SERIAL_SLICES + 1):  # serial slices of N (output channels)
-        width = -(-N // serial)
+    found = _best(problem, inference, bound)
+    if found is not None:
+        return _make_plan(problem, found, 1, N, fits=True)
+    for serial in _serial_counts(N):  # serial slices of N, as few as fit
+        width = N // serial
         sliced = _Problem(target, (G, M, K, width), in_type, partials_type, out_type,
                           plain_matmul)
         found = _best(sliced, inference, bound)
         if found is not None:
-            return _make_plan(sliced, found, -(-N // width), width, fits=True, shape=shape)
-    found = _best(problem, inference, None)
-    return _make_plan(problem, found, 1, N, fits=False)
+            return _make_plan(sliced, found, serial, width, fits=True, shape=shape)
+    limit = 2 * bound
+    while limit <= 2 * target.bytes_per_tile:  # poplin: double the bound, then drop it
+        found = _best(problem, inference, limit)
+        if found is not None:
+            return _make_plan(problem, found, 1, N, fits=False)
+        limit *= 2
+    return _make_plan(problem, _best(problem, inference, None), 1, N, fits=False)
+
+
+def _serial_counts(size: int) -> list[int]:
+    """Serial splits poplin allows: divisors of the channels (here n), up to
+    :data:`MAX_SERIAL_SLICES`, fewest first."""
+    return [count for count in range(2, min(size, MAX_SERIAL_SLICES) + 1) if size % count == 0]
 
 
 def _least_temporary(problem: _Problem, inference: bool):

@@ -37,24 +37,30 @@ from gruc.plan.rows import HOST_MEMORY_ERROR
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
+from gruc.runtime.footprint import ALWAYS_LIVE_CATEGORIES
 from gruc.runtime.report import Report
 from gruc.target import Target
 
 PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
 """Layer flags that change how a layer runs or is checked, never its plan."""
 
+CATEGORY_COLUMNS = tuple(f"memory_{name}" for name in ALWAYS_LIVE_CATEGORIES) + (
+    "memory_variable_not_always_live", "memory_message")
+"""Memory by Poplar's category over all tiles (not-always-live ones at each tile's peak)."""
+
 ROW_COLUMNS = (
     "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_capacity", "shards_chosen",
     "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
     "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
-    "not_always_live_max_bytes", "exchange_bytes", "cycles_compute", "cycles_exchange",
-    "cycles_sync", "cycles_total", "flops", "build_seconds", "compile_seconds", "gruc_version",
-    "error",
+    "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, "exchange_bytes",
+    "cycles_compute", "cycles_exchange", "cycles_sync", "cycles_total", "flops", "build_seconds",
+    "compile_seconds", "gruc_version", "error",
 )
 """Columns of a sweep row after the swept parameters; ``config`` (the canonical JSON of the
 layer's flags and the pipeline) is the row's key.  Totals are over all tiles; ``bytes_per_tile``
 and ``total_capacity`` are the target's memory (per tile, all tiles), not what the layer uses;
-``*_seconds`` are host times."""
+``total_memory`` is Poplar's (always-live plus each tile's not-always-live peak), split by
+category in the ``memory_*`` columns; ``*_seconds`` are host times."""
 
 TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 """Columns that vary from one computation of a row to the next."""
@@ -146,6 +152,12 @@ class LayerPlan:
             "tiles_used": report.footprint.tiles_used,
             "always_live_bytes": int(report.always_live_bytes.sum()),
             "not_always_live_max_bytes": int(report.not_always_live_max_bytes.sum()),
+            "total_memory": report.total_memory,
+            **{f"memory_{name}": int(values.sum())
+               for name, values in report.footprint.always_live.items()},
+            "memory_variable_not_always_live":
+                int(report.footprint.not_always_live["variable"].sum()),
+            "memory_message": int(report.footprint.not_always_live["message"].sum()),
             "exchange_bytes": report.exchange_bytes,
             "cycles_compute": cycles.compute, "cycles_exchange": cycles.exchange,
             "cycles_sync": cycles.sync, "cycles_total": cycles.total,
@@ -184,7 +196,8 @@ def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan
     start = time.perf_counter()
     layer = build_layer(config)
     built = time.perf_counter()
-    compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline)
+    compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline,
+                               memory_model=config.memory_model)
     counts = layer_step_counts(config, layer, compiled.module, compiled.plan.liveness.steps)
     report = plan_report(compiled, counts, time.perf_counter() - built)
     shards = layer.num_shards

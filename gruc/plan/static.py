@@ -248,13 +248,13 @@ def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -
 def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[int] = (0,),
                  trips: Mapping[int, int] | None = None,
                  branches: Mapping[int, bool] | None = None,
-                 pipeline: str | None = None) -> Report:
+                 pipeline: str | None = None, memory_model: str = "poplar") -> Report:
     """Compile ``programs`` without lowering or running and report them as if the entry programs
     ``runs`` had run: memory, exchange and cycles equal an :class:`~gruc.runtime.engine.Engine`'s
     report after the same runs (``trips`` / ``branches``: see :meth:`StaticProgram.step_counts`).
     """
     start = time.perf_counter()
-    compiled = compile_program(graph, programs, pipeline=pipeline)
+    compiled = compile_program(graph, programs, pipeline=pipeline, memory_model=memory_model)
     static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
     counts = static.step_counts(runs, trips=trips, branches=branches)
     return plan_report(compiled, counts, time.perf_counter() - start)

@@ -68,6 +68,9 @@ class GruLayerConfig(GrucModel):
     tiles_per_ipu: int | None = Field(None, ge=1, le=MAX_TILES_PER_IPU,
                                       description="Default: all of the device's (ipu2: 1472).")
     ipus: int = Field(1, ge=1, le=MAX_IPUS)
+    memory_model: Literal["poplar", "tensors"] = Field(
+        "poplar", description="What memory counts: everything Poplar puts on a tile, or tensor "
+                              "data alone (for comparison).")
     compile_ipu_code: bool = Field(
         True, description="Compile the program to IPU code, so memory holds code (poplibs' "
                           "test IPUModels did not: IPUModel::compileIPUCode false).")
@@ -345,7 +348,8 @@ def run_layer(config: GruLayerConfig, layer: GruLayer | None = None,
     start = time.perf_counter()
     layer = layer or build_layer(config)
     built = time.perf_counter()
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
+                    memory_model=config.memory_model)
     compiled = time.perf_counter()
     data, lengths = host_data(config)
     values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,

@@ -78,6 +78,7 @@ class Traffic:
         self.bytes_out = np.zeros(self.num_tiles, dtype=np.int64)
         self.crossing = False
         self._pairs: list[np.ndarray] = []
+        self._pair_bytes: list[np.ndarray] = []
 
     def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int) -> None:
         """One transfer of ``size`` bytes per (receiver, sender) entry."""
@@ -86,24 +87,36 @@ class Traffic:
         receivers, senders = receivers.astype(np.int64), senders.astype(np.int64)
         self.bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
         self.bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
-        self.pairs(np.unique(receivers * self.num_tiles + senders))
+        keys, counts = np.unique(receivers * self.num_tiles + senders, return_counts=True)
+        self.pairs(keys, counts * size)
 
-    def pairs(self, keys: np.ndarray) -> None:
-        """Note the messages ``receiver * num_tiles + sender`` (bytes accounted elsewhere)."""
+    def pairs(self, keys: np.ndarray, nbytes: np.ndarray | None = None) -> None:
+        """Note the messages ``receiver * num_tiles + sender`` and the bytes of each (unknown:
+        one message each however large)."""
         keys = np.asarray(keys, dtype=np.int64)
         self._pairs.append(keys)
+        self._pair_bytes.append(np.ones(len(keys), dtype=np.int64) if nbytes is None
+                                else np.asarray(nbytes, dtype=np.int64))
         per_ipu = self.tiles_per_ipu
         self.crossing = self.crossing or bool(np.any(
             keys // self.num_tiles // per_ipu != keys % self.num_tiles // per_ipu))
 
     def peers(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per tile: how many tiles it receives from, and how many it sends to."""
+        """Per tile: the messages it receives (one per tile it receives from) and sends.  A tile
+        sending the same data to many tiles sends it once (the exchange fabric broadcasts), so
+        its messages are its bytes sent over the most any one tile receives from it."""
+        zeros = np.zeros(self.num_tiles, dtype=np.int64)
         if not self._pairs:
-            zeros = np.zeros(self.num_tiles, dtype=np.int64)
             return zeros, zeros.copy()
-        keys = np.unique(np.concatenate(self._pairs))
-        return (np.bincount(keys // self.num_tiles, minlength=self.num_tiles).astype(np.int64),
-                np.bincount(keys % self.num_tiles, minlength=self.num_tiles).astype(np.int64))
+        keys, at = np.unique(np.concatenate(self._pairs), return_inverse=True)
+        nbytes = np.bincount(at, weights=np.concatenate(self._pair_bytes)).astype(np.int64)
+        receivers, senders = keys // self.num_tiles, keys % self.num_tiles
+        largest = zeros.copy()
+        np.maximum.at(largest, senders, nbytes)
+        sent = np.bincount(senders, weights=nbytes, minlength=self.num_tiles).astype(np.int64)
+        messages_out = np.where(largest > 0, -(-sent // np.maximum(largest, 1)), 0)
+        return (np.bincount(receivers, minlength=self.num_tiles).astype(np.int64),
+                np.minimum(messages_out, np.bincount(senders, minlength=self.num_tiles)))
 
 
 def elementwise_cycles(elements: np.ndarray, vector_width: int, per_vector: int) -> np.ndarray:
@@ -301,7 +314,8 @@ class _StepCoster:
         traffic.bytes_out += per_tile * size
         traffic.bytes_out[home] -= local * size
         holders = np.flatnonzero(per_tile)
-        traffic.pairs(home * self.num_tiles + holders[holders != home])
+        holders = holders[holders != home]
+        traffic.pairs(home * self.num_tiles + holders, per_tile[holders] * size)
 
     def vertex(self, vertex: Vertex, compute: np.ndarray, traffic: Traffic,
                reads: list[Read]) -> None:
@@ -354,7 +368,8 @@ class _StepCoster:
         else:  # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
             traffic.bytes_in += received * size
             traffic.bytes_out += sent * size
-            traffic.pairs(_copy_pairs(dst_row, src_row, self.num_tiles))
+            keys, counts = _copy_pairs(dst_row, src_row, self.num_tiles)
+            traffic.pairs(keys, counts * size)
             traffic.crossing = traffic.crossing or crosses
 
     def step(self, step: Step) -> StepCost:
@@ -396,16 +411,18 @@ def _by_rows(tiles: np.ndarray) -> tuple[np.ndarray, bool]:
     return flat, alike
 
 
-def _copy_pairs(dst_tiles: np.ndarray, src_tiles: np.ndarray, num_tiles: int) -> np.ndarray:
+def _copy_pairs(dst_tiles: np.ndarray, src_tiles: np.ndarray, num_tiles: int
+                ) -> tuple[np.ndarray, np.ndarray]:
     """The (receiver, sender) pairs of a copy whose sides' element tiles are ``dst_tiles`` and
-    ``src_tiles`` (one row of each when their rows repeat: the same pairs every row)."""
+    ``src_tiles`` (one row of each when their rows repeat: the same pairs every row), and the
+    elements each pair moves (in one row)."""
     if len(dst_tiles) != len(src_tiles):  # one side repeats its rows, the other does not
         rows = max(len(dst_tiles), len(src_tiles)) // max(min(len(dst_tiles), len(src_tiles)), 1)
         dst_tiles = np.tile(dst_tiles, rows) if len(dst_tiles) < len(src_tiles) else dst_tiles
         src_tiles = np.tile(src_tiles, rows) if len(src_tiles) < len(dst_tiles) else src_tiles
     dst, src = dst_tiles.astype(np.int64), src_tiles.astype(np.int64)
     away = dst != src
-    return np.unique(dst[away] * num_tiles + src[away])
+    return np.unique(dst[away] * num_tiles + src[away], return_counts=True)
 
 
 @njit(cache=True, nogil=True)

@@ -11,10 +11,11 @@ pyplot state), the program tree is nested ``<details>`` elements, and there is n
 network request, so the file opens anywhere, offline, and stays a few hundred kilobytes for a
 1,472-tile target.
 
-Memory categories come from the plan, not from names: *constants*, *host-visible* tensors (named by
-a host read or write), *carried state* (other always-live variables: live when a program starts)
-and *not-always-live* variables (temporaries and sequence buffers that share bytes over time), plus
-the *gaps* the allocator leaves, so a tile's stacked bar is its total including gaps.  Bytes are
+Memory categories are Poplar's (:mod:`gruc.runtime.footprint`), grouped: always-live *tensors*,
+*code* (vertex, control and exchange code), *vertex state*, *not-always-live* bytes at the tile's
+peak (temporaries, sequence buffers that share bytes over time, exchange buffers), plus the *gaps*
+up to the tile's highest address (the interleaved region's start, where a tile has data there),
+so a tile's stacked bar is its total including gaps.  Bytes are
 shown in KiB = 1024 B (PopVision's binary units), with exact byte counts in tooltips and tables.
 
 Liveness over steps uses the static steps of the program (a loop body appears once, as in the IR):
@@ -44,9 +45,9 @@ from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, ExecuteSt
 if TYPE_CHECKING:
     from gruc.runtime.engine import Engine
 
-CATEGORIES = ("constants", "host-visible", "carried state", "not-always-live", "gaps")
+CATEGORIES = ("tensors (always-live)", "code", "vertex state", "not-always-live", "gaps")
 """Memory categories of a tile's bar, bottom to top (their bytes add up to the tile's total)."""
-COLOURS = ("#9e9ac8", "#3182bd", "#6baed6", "#fd8d3c", "#d9d9d9")
+COLOURS = ("#3182bd", "#9e9ac8", "#6baed6", "#fd8d3c", "#d9d9d9")
 CYCLE_COLOURS = ("#31a354", "#3182bd", "#bdbdbd")
 """Compute, exchange and sync, in the per-step and the per-tile cycle charts."""
 TOP_TILES = 8
@@ -114,30 +115,24 @@ class MemoryViews:
 
 
 def memory_views(engine: "Engine") -> MemoryViews:
-    """Memory by tile and category, and bytes live at each step, from ``engine``'s plan."""
+    """Memory by tile and category (Poplar's categories, grouped), and bytes live at each step,
+    from ``engine``'s footprint and plan."""
     plan, graph = engine.plan, engine.module.graph
     liveness = plan.liveness
     num_tiles = plan.num_tiles
-    num_variables = len(graph.variables)
-    host = np.zeros(num_variables, dtype=bool)
-    for table in (graph.host_writes, graph.host_reads):
-        for tensor in table.values():
-            host[[v.index for v in tensor.variables()]] = True
-    constant = np.array([v.is_constant for v in graph.variables], dtype=bool)
-    always = np.zeros(num_variables, dtype=bool)
-    always[list(liveness.always_live)] = True
-    category = np.where(constant, 0, np.where(host, 1, np.where(always, 2, 3)))
-    block_category = category[plan.block_variable]
-    by_category = {}
-    for k, label in enumerate(CATEGORIES[:3]):
-        keep = block_category == k
-        by_category[label] = np.bincount(plan.block_tile[keep], weights=plan.block_size[keep],
-                                         minlength=num_tiles).astype(np.int64)
-    by_category["not-always-live"] = plan.not_always_live_bytes.astype(np.int64)
-    by_category["gaps"] = (plan.total_bytes - plan.always_live_bytes
-                           - plan.not_always_live_bytes).astype(np.int64)
+    always_live = np.zeros(len(graph.variables), dtype=bool)
+    always_live[list(liveness.always_live)] = True
+    footprint = engine.footprint
+    always = footprint.always_live
+    by_category = {
+        "tensors (always-live)": always["variable"] + always["constant"],
+        "code": always["vertexCode"] + always["controlCode"] + always["internalExchangeCode"],
+        "vertex state": always["vertexInstanceState"] + always["vertexFieldData"],
+        "not-always-live": footprint.not_always_live_peak.astype(np.int64),
+        "gaps": (footprint.total_including_gaps - footprint.always_live_bytes
+                 - footprint.not_always_live_peak).clip(min=0).astype(np.int64)}
 
-    temporary = np.flatnonzero(block_category == 3)
+    temporary = np.flatnonzero(~always_live[plan.block_variable])
     variables = np.unique(plan.block_variable[temporary])
     live = liveness.step_matrix(variables.tolist()) if len(variables) else \
         np.zeros((0, liveness.num_steps), dtype=bool)
@@ -152,8 +147,8 @@ def memory_views(engine: "Engine") -> MemoryViews:
         live_total[step] = int(on_tile.sum())
         live_max[step] = int((always_by_tile + on_tile).max(initial=0))
     live_always = int(always_by_tile.sum())
-    return MemoryViews(by_category, plan.total_bytes.astype(np.int64), live_total + live_always,
-                       live_always, live_max, plan.capacity)
+    return MemoryViews(by_category, footprint.total_including_gaps.astype(np.int64),
+                       live_total + live_always, live_always, live_max, plan.capacity)
 
 
 def tile_grid(tiles_per_ipu: int) -> tuple[int, int]:

@@ -101,7 +101,7 @@ def test_help_and_a_mistyped_command_load_no_subcommand_but_the_one_named(argv, 
         for name, summary in COMMANDS.items():
             assert any(line.split() == [name, *summary.split()] for line in shown), name
     if argv == ["bogus"]:
-        assert "invalid choice: 'bogus' (choose from 'gru', 'passes', 'dump'" in done.stderr
+        assert "invalid choice: 'bogus' (choose from 'gru', 'fc', 'gemm', 'passes'" in done.stderr
 
 
 def test_ctrl_c_while_the_engine_loads_is_one_line():

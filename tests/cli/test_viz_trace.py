@@ -73,10 +73,11 @@ def test_memory_views_add_up_and_match_the_liveness():
     plan, liveness = engine.plan, engine.plan.liveness
     views = memory_views(engine)
     assert set(views.by_category) == set(CATEGORIES)
-    assert np.array_equal(sum(views.by_category.values()), plan.total_bytes)
+    footprint = engine.footprint
+    assert np.array_equal(sum(views.by_category.values()), footprint.total_including_gaps)
     assert all((views.by_category[c] >= 0).all() for c in CATEGORIES)
-    assert np.array_equal(views.by_category["constants"] + views.by_category["host-visible"]
-                          + views.by_category["carried state"], plan.always_live_bytes)
+    assert np.array_equal(views.by_category["tensors (always-live)"] + views.by_category["code"]
+                          + views.by_category["vertex state"], footprint.always_live_bytes)
     size = {}
     for v, nbytes in zip(plan.block_variable.tolist(), plan.block_size.tolist()):
         size[v] = size.get(v, 0) + nbytes

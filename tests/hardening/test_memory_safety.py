@@ -249,7 +249,7 @@ def test_an_operand_off_the_device_is_caught_by_the_engine(monkeypatch):
     with pytest.raises(GrucVerifyError, match=r"memory check: step 1, vertex 0 \(MatMulPartials "
                        r"on the tiles of its 'partials' field\) of compute set 'z.partials': "
                        r"field 'partials' element 0 at byte address \d+ \(tile 8, offset \d+\) "
-                       r"is outside the device memory \(tiles 0..7\); 72 of 72 elements are bad"):
+                       r"is outside the device memory \(tiles 0..7\); 144 of 144 elements are bad"):
         Engine(g, prog)
 
 
@@ -328,7 +328,7 @@ def test_checked_run_stops_an_index_tampered_after_compile(backend):
     with pytest.raises(GrucMemoryError, match=rf"checked run: step {leaf.step}, vertex 0 "
                        r"\(MatMulPartials on the tiles of its 'partials' field\) of compute set "
                        r"'z.partials': field 'partials' element 3 at byte address \d+ \(tile 32, "
-                       r"offset 0\) is outside the device memory \(tiles 0..7\); 1 of 72 "
+                       r"offset 0\) is outside the device memory \(tiles 0..7\); 1 of 144 "
                        r"elements are bad"):
         engine.run(0)
     assert (view[untouched] == 1.5).all()  # stopped before the step moved any data

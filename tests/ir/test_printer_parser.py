@@ -209,7 +209,8 @@ def test_every_golden_file_round_trips():
 def test_printed_text_reads_as_documented():
     text = print_module(all_features())
     lines = text.splitlines()
-    assert lines[0].startswith('module target(name="custom", num_ipus=2, tiles_per_ipu=16, ')
+    assert lines[0].startswith('module target(name="custom", device_type="ipu2", num_ipus=2, '
+                               'tiles_per_ipu=16, ')
     assert "clock_hz=1500000000.0" in lines[0]
     assert '%a = var f32[4,6] "a" map=[0 x 24]' in lines     # 128 bytes at least per tile
     assert '%a_1 = var f32[2,6] "a" map=[1 x 5, 2 x 7]' in lines

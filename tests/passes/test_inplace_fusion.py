@@ -160,7 +160,7 @@ def test_gru_forward_fuses_and_updates_in_place_with_identical_results():
     layer = build_layer(config)
     before = Module(layer.graph, layer.programs)
     after = run_pipeline(before, "canonicalize,inplace-fusion", verify_each=True).module
-    assert loop_body_steps(before) == 16 and loop_body_steps(after) == 14
+    assert loop_body_steps(before) - loop_body_steps(after) == 2  # two maps fused away
     kinds = [node.compute_set.vertices[0].kind.name for node in after.walk()
              if isinstance(node, Execute) and node.compute_set.name in ("gru/gates", "gru/candidate")]
     assert kinds == ["MapInPlace", "MapInPlace"]  # sigmoid(ru + b) and tanh(c + b), in place

@@ -19,7 +19,7 @@ from gruc.runtime import cost
 from gruc.runtime.engine import compile_program
 
 
-def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
+def per_read(self, reads, traffic) -> None:
     """The definition, one read at a time over its element ids: which (element, receiver) pairs
     move is found here, independently; only the byte counting of those pairs is shared."""
     for tensor, home in reads:
@@ -31,10 +31,10 @@ def per_read(self, reads, bytes_in, bytes_out, crossing) -> None:
         pairs = distinct(ids * self.num_tiles + receivers)
         receivers = pairs % self.num_tiles
         senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        self.transfers(receivers, senders, tensor.dtype.size, bytes_in, bytes_out, crossing)
+        traffic.transfers(receivers, senders, tensor.dtype.size)
 
 
-def per_copy(self, node, compute, bytes_in, bytes_out, crossing) -> None:
+def per_copy(self, node, compute, traffic) -> None:
     """The definition for a copy: local bytes are copied on the destination's tile, and each
     (source element, receiving tile) pair held elsewhere is one transfer."""
     dst_tiles = self.graph.element_tiles(node.dst).astype(np.int64)
@@ -43,12 +43,13 @@ def per_copy(self, node, compute, bytes_in, bytes_out, crossing) -> None:
     local = np.bincount(dst_tiles[~away], minlength=self.num_tiles) * node.dst.dtype.size
     compute += np.where(local > 0, -(-local // cost.COPY_BYTES_PER_CYCLE), 0)
     if np.any(away):
-        per_read(self, [(node.src, dst_tiles)], bytes_in, bytes_out, crossing)
+        per_read(self, [(node.src, dst_tiles)], traffic)
 
 
 def as_numbers(costs) -> list[tuple]:
     return [(c.compute_by_tile.tolist(), c.bytes_in_by_tile.tolist(), c.bytes_out_by_tile.tolist(),
-             c.compute_cycles, c.exchange_cycles, c.sync_cycles) for c in costs]
+             c.peers_in_by_tile.tolist(), c.peers_out_by_tile.tolist(), c.compute_cycles,
+             c.exchange_cycles, c.sync_cycles) for c in costs]
 
 
 def exchange_module() -> Module:

@@ -22,7 +22,8 @@ import numpy as np
 from numba import njit
 
 from gruc.ir.graph import Vertex
-from gruc.ir.layout import Strided
+from gruc.ir.layout import ConcatOp, Strided
+from gruc.ir.tensor import strided_columns_of
 from gruc.runtime.codelets import poplibs_estimates as pe
 from gruc.runtime.codelets.regions import variable_tiles
 from gruc.runtime.cost import cycle_estimator
@@ -371,6 +372,36 @@ def _group_windows(executable: Executable, hooks: RunHooks) -> dict[int, Prepare
 
 
 # ---- cycles -----------------------------------------------------------------------------------
+def _strided_rows(view, columns: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """The ids of ``columns`` of the first row of a strided 2-D ``view``, and its row stride."""
+    layout = view.layout()
+    if not isinstance(layout, Strided) or view.rank != 2:
+        return None
+    return layout.offset + columns * layout.strides[1], layout.strides[0]
+
+
+def _two_rows(base, rows: int, columns: int) -> tuple[np.ndarray, np.ndarray, int | None] | None:
+    """The ids of ``base``'s first two rows and the row stride, read from the strided views a
+    builder's column pick joins (:func:`~gruc.ir.tensor.strided_columns`, or a concatenation of
+    column runs) without making the pick's own ids — those of every row of a long sequence."""
+    picked = strided_columns_of(base) if base.rank == 2 else None
+    if picked is not None:
+        view, begin, length, stride, count = picked
+        columns_ids = (begin + np.arange(count)[:, None] * stride + np.arange(length)).reshape(-1)
+        found = _strided_rows(view, columns_ids)
+    elif isinstance(base.op, ConcatOp) and base.rank == 2 and base.op.dim == 1:
+        parts = [_strided_rows(part, np.arange(part.shape[1])) for part in base.sources]
+        if any(part is None for part in parts) or len({p[1] for p in parts}) != 1:
+            return None
+        found = np.concatenate([p[0] for p in parts]), parts[0][1]
+    else:
+        return None
+    if found is None:
+        return None
+    first, row_stride = found
+    return first, first + row_stride if rows > 1 else first, row_stride
+
+
 def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray, bool]:
     """The contiguous memory regions of ``base``'s first slice (row) on ``tile``, and whether all
     of ``base``'s rows there are one region — what ``popops/DynamicSlice.cpp`` looks at to pick
@@ -380,30 +411,33 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
     (one pair of neighbouring rows is looked at): every base gruc's builders make is a run of
     rows of one variable."""
     variables = base.variables()
-    layout = base.layout()
-    if len(variables) == 1 and isinstance(layout, Strided) and base.rank == 2 \
-            and layout.strides[1] == 1:  # the tile's columns are one run of ids: the usual case
-        variable = variables[0]
-        tiles = variable_tiles(variable)
-        local = layout.offset - variable.first_id
-        if (tiles.tiles_of_run(local, columns) == tile).all():
-            sizes = np.array([columns], dtype=np.int64)
-            if rows == 1:
-                return sizes, True
-            if tiles.repeats and layout.strides[0] == tiles.length:
-                # consecutive rows of a sequence: its rows' elements on the tile are these
-                return sizes, bool(tiles.counts()[tile] == columns)
-            after = local + layout.strides[0]
-            return sizes, bool(after > local + columns - 1 and not tiles.tile_between(
-                local + columns - 1, after, tile))
-    if isinstance(layout, Strided) and base.rank == 2:
-        row_stride, column_stride = layout.strides
-        first = layout.offset + np.arange(columns, dtype=np.int64) * column_stride
-        second = first + row_stride if rows > 1 else first
-    else:
-        ids = base.flat_ids().reshape(rows, columns)
-        first, second = ids[0], ids[1 if rows > 1 else 0]
-        row_stride = None
+    rows_ids = _two_rows(base, rows, columns)
+    if rows_ids is None:
+        layout = base.layout()
+        if len(variables) == 1 and isinstance(layout, Strided) and base.rank == 2 \
+                and layout.strides[1] == 1:  # the tile's columns are one run of ids: the usual case
+            variable = variables[0]
+            tiles = variable_tiles(variable)
+            local = layout.offset - variable.first_id
+            if (tiles.tiles_of_run(local, columns) == tile).all():
+                sizes = np.array([columns], dtype=np.int64)
+                if rows == 1:
+                    return sizes, True
+                if tiles.repeats and layout.strides[0] == tiles.length:
+                    # consecutive rows of a sequence: its rows' elements on the tile are these
+                    return sizes, bool(tiles.counts()[tile] == columns)
+                after = local + layout.strides[0]
+                return sizes, bool(after > local + columns - 1 and not tiles.tile_between(
+                    local + columns - 1, after, tile))
+        if isinstance(layout, Strided) and base.rank == 2:
+            row_stride, column_stride = layout.strides
+            first = layout.offset + np.arange(columns, dtype=np.int64) * column_stride
+            rows_ids = first, first + row_stride if rows > 1 else first, row_stride
+        else:  # two rows' ids, not all of them (a long sequence has thousands of rows)
+            rows_view = base.reshape((rows, columns))
+            first = rows_view[0].flat_ids()
+            rows_ids = first, rows_view[1].flat_ids() if rows > 1 else first, None
+    first, second, row_stride = rows_ids
     first = np.sort(first)
     if len(variables) != 1:  # parts of several variables: a region per run of ids
         breaks = np.flatnonzero(np.diff(first) != 1)

@@ -391,10 +391,12 @@ class MapCodelet:
 def operand_kind(tensor) -> str:
     """:data:`SCALAR`, :data:`VECTOR` or :data:`FULL` for a map operand (broadcast to the
     output's shape by the builder)."""
-    layout = tensor.layout()
-    if tensor.num_elements <= 1 or (isinstance(layout, Strided) and not any(layout.strides)):
+    if tensor.num_elements <= 1:
         return SCALAR
-    return VECTOR if tensor.has_repeats() else FULL
+    if not tensor.has_repeats():  # (asked first: a long concatenation's ids are never listed)
+        return FULL
+    layout = tensor.layout()
+    return SCALAR if isinstance(layout, Strided) and not any(layout.strides) else VECTOR
 
 
 def _grad_patterns(dtype: DType) -> dict[ex.Expr, str]:

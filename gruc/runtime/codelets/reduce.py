@@ -329,6 +329,8 @@ def region_reductions(vertex: Vertex) -> tuple[list[pe.Reduction], bool]:
     contiguous, last_id, last_slot = True, None, None
     for region, offset in zip(vertex.fields["ins"], vertex.params["offsets"]):
         n, m = region.shape
+        if not n * m:
+            continue
         strides = _strides(region)
         if strides is None or len(region.variables()) != 1:
             pieces = [((offset + j, 1), [1] * m) for j in range(n)]

@@ -1,0 +1,135 @@
+"""What ``gruc fc`` and ``gruc gemm`` share: the target and matmul flags, building, planning or
+running the tool's layer, and printing its plans, memory and cycles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Callable
+
+from gruc.cli.gru import _bool
+from gruc.cli.opt import output_directory
+from gruc.errors import GrucValueError
+from gruc.plan.static import plan_program
+from gruc.runtime.report import Report, write_text_atomically
+from gruc.runtime.viz import StatusLine, html_report
+from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
+
+COMMON_FLAGS = [
+    ("--data-type", "data_type", str, "half or float (default: half, as poplibs' tools)"),
+    ("--device-type", "device_type", str, "ipu1 or ipu2 (default: ipu2)"),
+    ("--tiles-per-ipu", "tiles_per_ipu", int, "tiles per IPU (default: all of the device's)"),
+    ("--ipus", "ipus", int, "number of IPUs (default: 1)"),
+    ("--compile-ipu-code", "compile_ipu_code", _bool,
+     "compile to IPU code, so tiles hold code (0/1; default 1; poplibs' test IPUModels: 0)"),
+    ("--ignore-data", "ignore_data", _bool, "write, read and check nothing (0/1)"),
+    ("--memory-model", "memory_model", str,
+     "poplar (every category Poplar counts) or tensors (tensor data alone)"),
+    ("--seed", "seed", int, "host data seed"),
+    ("--rel-tolerance", "rel_tolerance", float, "relative tolerance of the check"),
+    ("--abs-tolerance", "abs_tolerance", float, "absolute tolerance of the check"),
+    ("--backend", "backend", str, "numba (default) or numpy"),
+]
+
+MATMUL_OPTION_NAMES = {"availableMemoryProportion": "available_memory_proportion",
+                       "partialsType": "partials_type"}
+
+
+def _matmul_options(text: str) -> dict[str, Any]:
+    """``--matmul-options``: a JSON object of poplin option names."""
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({error.msg}); e.g. "
+                                         '\'{"availableMemoryProportion": 0.3}\'') from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of matmul options")
+    unknown = sorted(set(options) - set(MATMUL_OPTION_NAMES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown matmul option(s) {', '.join(unknown)}; allowed: "
+                                         + ", ".join(MATMUL_OPTION_NAMES))
+    return options
+
+
+def add_flags(parser: argparse.ArgumentParser, flags: list, required: tuple[str, ...] = ()) -> None:
+    """The tool's own flags (``required`` ones must be given), then the common ones,
+    ``--matmul-options``, and how to run."""
+    for flag, field, kind, text in flags + COMMON_FLAGS:
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=text,
+                            required=flag in required)
+    parser.add_argument("--matmul-options", type=_matmul_options, default=None,
+                        help="poplin matmul options as JSON: availableMemoryProportion (default "
+                             "0.6), partialsType (half | float, default float)")
+    parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
+    parser.add_argument("--profile", metavar="DIR", type=output_directory,
+                        help="write report.json and report.html here")
+
+
+def config_from(args: argparse.Namespace, flags: list, model: type) -> ProductToolConfig:
+    """The tool's configuration from its flags; a bad value is named by its flag."""
+    given = {field: getattr(args, field) for _, field, _, _ in flags + COMMON_FLAGS
+             if getattr(args, field) is not None}
+    for name, value in (args.matmul_options or {}).items():
+        given[MATMUL_OPTION_NAMES[name]] = value
+    try:
+        return model(**given)
+    except GrucValueError as error:
+        message = str(error).removeprefix(f"{model.__name__}: ")
+        for flag, field, _, _ in flags + COMMON_FLAGS:
+            message = message.replace(f"{model.__name__}.{field} = ", f"{flag} ")
+        for name, field in MATMUL_OPTION_NAMES.items():
+            message = message.replace(f"{model.__name__}.{field} = ",
+                                      f"--matmul-options {name} = ")
+        raise type(error)(message) from None
+
+
+def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
+             build: Callable[[Any], ProductLayer]) -> int:
+    """Build the layer, plan it (``--compile-only``) or run and check it; print its plans, memory
+    by category and cycles; exit 1 when the check fails."""
+    print(title, flush=True)
+    with StatusLine() as status:
+        status.show("building the layer ...")
+        start = time.perf_counter()
+        layer = build(config)
+        built = time.perf_counter() - start
+        if args.compile_only:
+            status.show("compiling ...")
+            report = plan_program(layer.graph, layer.programs, runs=layer.runs,
+                                  memory_model=config.memory_model)
+            engine, result = None, None
+        else:
+            status.show("compiling and running on the simulated IPU ...")
+            result = run_product_layer(layer)
+            engine, report = result.engine, result.engine.report
+    for name, plan in layer.plans.items():
+        print(f"plan {name:<12} {plan.describe()}")
+    report.print_summary()
+    print(f"FLOPs             {layer.flops()}")
+    print(f"build             {built:.3f} s"
+          + ("" if result is None else f"; run {result.run_seconds:.3f} s"))
+    if args.profile:
+        _write_profile(args.profile, report, engine, title)
+    if result is None or not result.checked:
+        if result is not None:
+            print("check             none: nothing written or read back (--ignore-data)")
+        return 0
+    for name, lines in result.mismatches.items():
+        for line in lines:
+            print(f"  {name}: {line}")
+    print("check             " + ("PASSED" if result.passed else "FAILED") + " against the float64 "
+          f"reference (rel {config.tolerances()[0]}, abs {config.tolerances()[1]})")
+    return 0 if result.passed else 1
+
+
+def _write_profile(directory: str, report: Report, engine, title: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    report.to_json(os.path.join(directory, "report.json"))
+    written = "report.json"
+    if engine is not None:
+        write_text_atomically(os.path.join(directory, "report.html"),
+                              html_report(engine, title=title))
+        written += ", report.html"
+    print(f"profile           {directory}/{written}")
