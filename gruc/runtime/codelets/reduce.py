@@ -376,6 +376,18 @@ def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.n
                            operation_of(vertex.params["op"]).value,
                            vertex.kind.name == "ReduceUpdate",
                            float(vertex.params["scale"]) != 1.0)
-    cycles[vertex.tile] = pe.reduce_tile_cycles(reductions, types, contiguous,
-                                                target.num_worker_contexts, target.vector_width)
+    key = (tuple(reductions), types, contiguous, target.num_worker_contexts,
+           target.data_path_width_bits)
+    if key not in _TILE_CYCLES:
+        if len(_TILE_CYCLES) >= 4096:
+            _TILE_CYCLES.clear()
+        _TILE_CYCLES[key] = pe.reduce_tile_cycles(reductions, types, contiguous,
+                                                  target.num_worker_contexts,
+                                                  target.vector_width)
+    cycles[vertex.tile] = _TILE_CYCLES[key]
     return cycles
+
+
+_TILE_CYCLES: dict[tuple, int] = {}
+"""A tile's reduce cycles by its reductions and types: a bias gradient's thousand vertices are
+a few shapes."""
