@@ -88,7 +88,7 @@ def test_a_column_block_of_a_row_mapped_matrix_is_one_region_on_its_tile():
     assert tiles.tolist() == [0, 1] and sizes.tolist() == [16, 16]
 
 
-# ---- popops unary / binary ------------------------------------------------------------------------
+# ---- popops unary / binary -----------------------------------------------------------------------
 @pytest.mark.parametrize("dtype, expected", [
     (FLOAT, 366),  # ADD float: ceil(24/6) = 4 per worker, ceil(4/2) = 2 vectors * (1 + 2);
                    # 6 * (22 + 6) + 198 = 366
@@ -238,7 +238,7 @@ def test_fill_of_several_short_regions_is_fill2d():
     assert vertex_cycles(g, prog).tolist() == [288, 0, 0, 0]
 
 
-# ---- fused maps and the popnn gradient ---------------------------------------------------------------
+# ---- fused maps and the popnn gradient -----------------------------------------------------------
 @pytest.mark.parametrize("dtype, in_place, expected", [
     # 3 vertices of 8 (grain 4, min 8); 13 + 3 inputs * (8/2 + 0) * 2 ops = 37; 6 * 37 = 222
     (FLOAT, False, 222), (FLOAT, True, 222),
@@ -317,7 +317,7 @@ def test_map_codelets_name_poplibs_choices():
     assert map_codelets(ex.pow_(_1, ex.Const(0.5)), f[:1], [FULL], False)[0].op is ex.Unary.SQRT
 
 
-# ---- reductions --------------------------------------------------------------------------------------
+# ---- reductions ----------------------------------------------------------------------------------
 def test_an_innermost_axis_reduction_is_continuous_reduce_vertices():
     g = Graph(T4)
     prog = Sequence()
@@ -374,7 +374,7 @@ def test_a_long_reduction_is_split_in_two_stages():
     assert vertex_cycles(g, prog).tolist() == [636, 0, 0, 0]
 
 
-# ---- dynamic slices ----------------------------------------------------------------------------------
+# ---- dynamic slices ------------------------------------------------------------------------------
 def test_a_time_major_sequence_slice_is_dynamic_slice_1d():
     g = Graph(T4)
     t = g.add_variable(FLOAT, (5, 8), "seq")
@@ -405,7 +405,7 @@ def test_a_slice_of_rows_apart_in_memory_is_dynamic_slice_2d(dtype, expected):
     assert vertex_cycles(g, prog).tolist() == [0, expected, 0, 0]
 
 
-# ---- a program --------------------------------------------------------------------------------------
+# ---- a program -----------------------------------------------------------------------------------
 def test_a_programs_compute_sets_cost_the_hand_computed_sums():
     g = Graph(T4)
     a, b = spread(g, name="a"), spread(g, name="b")

@@ -55,7 +55,7 @@ def ceil_div(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
     return -(-np.asarray(a, dtype=np.int64) // b)
 
 
-# ---- the per-op tables (popopsCycleEstimators.hpp, 2021-03 era) ------------------------------------
+# ---- the per-op tables (popopsCycleEstimators.hpp, 2021-03 era) ----------------------------------
 U, B = ex.Unary, ex.Binary
 _F, _H, _I, _U, _B = FLOAT.name, HALF.name, INT.name, UNSIGNED_INT.name, BOOL.name
 
@@ -217,8 +217,8 @@ def split_regions(region_tile: np.ndarray, region_size: np.ndarray, grain: int,
     end and cut into ``G = ceil(total / grain)`` grains; at most ``num_workers`` vertices get
     ``ceil(G / vertices)`` grains or fewer, and each gets at least ``ceil(minElements / grain)``
     grains (fewer vertices if need be).  Vertex ``k`` of ``V`` takes the elements
-    ``[(k G // V) grain, ((k + 1) G // V) grain)``; its rows are the pieces of regions in that range,
-    each cut again into rows of at most ``max_region`` elements."""
+    ``[(k G // V) grain, ((k + 1) G // V) grain)``; its rows are the pieces of regions in that
+    range, each cut again into rows of at most ``max_region`` elements."""
     region_tile = np.asarray(region_tile, dtype=np.int64)
     region_size = np.asarray(region_size, dtype=np.int64)
     if not len(region_tile):
@@ -433,7 +433,7 @@ def fused_map_vertex(elements: np.ndarray, inputs: int, vector_width: int,
     return 13 + inputs * (elements // vector_width + elements % vector_width) * fused_ops
 
 
-# ---- popnn non-linearity gradients (popnnCycleEstimators.cpp) --------------------------------------
+# ---- popnn non-linearity gradients (popnnCycleEstimators.cpp) ------------------------------------
 def _grad_remainder(remainder: np.ndarray, is_float: bool) -> np.ndarray:
     if is_float:
         return 2 + 2 + (remainder != 0) * 4
@@ -462,7 +462,7 @@ def non_linearity_grad_2d_row(n: np.ndarray, vector_width: int, is_float: bool) 
         + _grad_remainder(n % vector_width, is_float) + 1
 
 
-# ---- popops dynamic slices (popopsCycleEstimators.cpp) --------------------------------------------
+# ---- popops dynamic slices (popopsCycleEstimators.cpp) -------------------------------------------
 def dynamic_slice_1d(region_size: int, num_sub: int, vector_width: int, workers: int) -> int:
     """``getDynamicSlice1dEstimate`` (``DynamicSlice1d`` and ``DynamicUpdateSlice1d``):
     ``SUP + 14 + W (41 + (27 + ceil(regionSize / W) / vw) numSubElements)``."""
@@ -483,7 +483,7 @@ def dynamic_slice_2d_region(size: np.ndarray, num_sub: int, vector_width: int,
     return ((31 + 2 * vectors) if half else (29 + vectors)) * num_sub + 13
 
 
-# ---- popops reductions (reduction/CycleEstimationFunctions.cpp, ReductionConnection.cpp) ----------
+# ---- popops reductions (reduction/CycleEstimationFunctions.cpp, ReductionConnection.cpp) ---------
 @dataclass(frozen=True)
 class Reduction:
     """poplibs' ``RegionReduction`` as its estimator sees it: one contiguous output region and the

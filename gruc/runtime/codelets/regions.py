@@ -151,7 +151,8 @@ def tile_regions(tensor: Tensor, elements: np.ndarray | None = None
     keys = np.empty(len(ids), dtype=np.int64)
     tile_of = np.empty(len(ids), dtype=np.int64)
     for index, variable in enumerate(variables):
-        lo, hi = np.searchsorted(ids, [variable.first_id, variable.first_id + variable.num_elements])
+        lo, hi = np.searchsorted(ids, [variable.first_id,
+                                       variable.first_id + variable.num_elements])
         if lo == hi:
             continue
         layout = variable_tiles(variable)
