@@ -286,3 +286,26 @@ def test_opt_unknown_pass_on_a_good_module(tmp_path, capsys):
     assert (code, out) == (2, "")
     assert err.strip() == ("gruc opt: error: unknown pass 'bogus'; passes: "
                            + ", ".join(sorted(PASSES)))
+
+
+def test_shard_refuses_in_one_line_a_time_loop_whose_slice_compute_set_holds_other_vertices(
+        tmp_path, capsys):
+    """Issue 42, item 3, as reported: the gates' Map moved into the input slice's compute set
+    still verifies, but that compute set no longer only slices rows, so ``shard`` cannot cut it;
+    it says so (it used to end in ``KeyError: 'base'``)."""
+    layer = ["--sequence-size", "3", "--input-size", "4", "--output-size", "4", "--batch-size",
+             "2", "--tiles-per-ipu", "4"]
+    code, text, _ = gruc(["dump", *layer], capsys)
+    assert code == 0
+    lines = text.splitlines()
+    moved = lines.pop(next(k for k, line in enumerate(lines)
+                           if line.strip().startswith("Map(out=%gru_gates_tmp,")))
+    lines.insert(lines.index('cs @gru_0_input0 "gru/0/input0" {') + 1, moved)
+    (tmp_path / "moved.ir").write_text("\n".join(lines) + "\n")
+    assert gruc(["opt", str(tmp_path / "moved.ir"), "--verify-each"], capsys)[0] == 0
+    code, out, err = gruc(["opt", str(tmp_path / "moved.ir"), "-p", "shard{num-shards=2}"],
+                          capsys)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("gruc opt: error: pass 'shard' failed: compute set 'gru/0/input0' "), err
+    assert "holds Map vertices beside the time loop's row slices" in err
