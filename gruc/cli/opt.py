@@ -17,13 +17,13 @@ import os
 import sys
 import tempfile
 
-from gruc.errors import GrucParseError, GrucValueError
+from gruc.errors import GrucError, GrucFileError, GrucParseError, GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
-from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
+from gruc.runtime.report import TEMPORARY_PREFIX, output_destination, write_text_atomically
 from gruc.runtime.viz import StatusLine, dataflow_dot
 
 FORMATS = ("text", "json", "dot")
@@ -41,9 +41,10 @@ def read_module(path: str) -> Module:
         else:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise GrucValueError(f"cannot read {name}: {getattr(error, 'strerror', None) or error}") \
-            from None
+    except OSError as error:
+        raise GrucFileError.about(name, "read", error) from None
+    except UnicodeDecodeError as error:
+        raise GrucValueError(f"cannot read {name}: {error}") from None
     try:
         try:
             data = json.loads(text)
@@ -79,7 +80,15 @@ def output_file(path: str) -> str:
         raise argparse.ArgumentTypeError("needs a file name (or - for stdout), got ''")
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{path!r} names a directory, not a file")
-    parent = os.path.dirname(path) or "."
+    try:
+        target, in_place = output_destination(path)
+    except GrucError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if in_place:  # a device or a FIFO, written as it is
+        if not os.access(target, os.W_OK):
+            raise argparse.ArgumentTypeError(f"cannot write {path!r}: permission denied")
+        return path
+    parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         reason = "is not a directory" if os.path.exists(parent) else "does not exist"
         raise argparse.ArgumentTypeError(f"cannot write {path!r}: {parent!r} {reason}")
@@ -126,10 +135,7 @@ def write_output(text: str, path: str | None) -> None:
             # at /dev/null so Python's final flush does not fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    try:
-        write_text_atomically(path, text)
-    except OSError as error:
-        raise GrucValueError(f"cannot write {path}: {error.strerror or error}") from None
+    write_text_atomically(path, text)
 
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from typing import IO, Any, Iterator, TextIO
 
 import numpy as np
 
-from gruc.errors import GrucValueError
+from gruc.errors import GrucError, GrucFileError, GrucValueError
 from gruc.passes.steps import Step
 from gruc.passes.plan_memory import MemoryPlan, TileOverflow
 from gruc.runtime.cost import StepCost
@@ -56,28 +57,62 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     error the temporary file is removed and ``path`` is left as it was.  The file gets the
     permissions ``open`` would have given it (those of the file it replaces, else the umask's),
     not the owner-only ones of a temporary file.
+
+    What ``path`` names decides how (:func:`output_destination`): a symlink is followed, so its
+    target gets the content and the link stays; a device or a FIFO is opened and written in
+    place, as a shell's ``>`` does (replacing ``/dev/null`` or a pipe a reader waits on by a
+    regular file would send nothing where the user pointed).  The directory must exist: none is
+    made that the caller did not ask for.  A write that cannot be made (a read-only directory, a
+    full disk) raises :class:`~gruc.errors.GrucFileError` naming ``path``.
     """
     if mode not in ("w", "wb"):
         raise GrucValueError(f"atomic_file mode {mode!r} is not supported; allowed: 'w', 'wb'")
+    # text is UTF-8, a lone surrogate (a name a program built) written escaped
+    text_mode = {"encoding": "utf-8", "errors": "backslashreplace"} if mode == "w" else {}
+    try:
+        target, in_place = output_destination(path)
+        if in_place:
+            with open(target, mode, **text_mode) as handle:
+                yield handle
+            return
+        directory = os.path.dirname(target)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
+                                   suffix="-" + os.path.basename(target))
+        try:
+            with os.fdopen(fd, mode, **text_mode) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, _permissions(target))
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_directory(directory)
+    except GrucError:
+        raise
+    except OSError as error:
+        raise GrucFileError.about(path, "write", error) from None
+
+
+def output_destination(path: str | os.PathLike) -> tuple[str, bool]:
+    """Where writing ``path`` puts the bytes, and whether in place: ``(file, False)`` for a
+    regular file or a new one (replaced atomically: ``file`` is ``path`` with symlinks
+    resolved, so a link keeps pointing where it did), ``(file, True)`` for a character or
+    block device or a FIFO (opened and written as it is).  A directory or a socket is refused,
+    naming ``path``."""
     if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
         raise GrucValueError(f"cannot write {str(path)!r}: it names a directory, not a file")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
-                               suffix="-" + os.path.basename(path))
+    target = os.path.realpath(path)
     try:
-        text_mode = {"encoding": "utf-8", "errors": "backslashreplace"}  # a lone surrogate in a
-        with os.fdopen(fd, mode, **(text_mode if mode == "w" else {})) as handle:  # name: escaped
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _permissions(path))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
+        kind = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new file (or a bad directory: the
+        return target, False                            # write names it)
+    if stat.S_ISSOCK(kind):
+        raise GrucFileError(f"cannot write {os.fspath(path)}: it is a socket; gruc writes "
+                            "regular files, devices and FIFOs")
+    return target, not stat.S_ISREG(kind)
 
 
 TEMPORARY_PREFIX = ".tmp-"

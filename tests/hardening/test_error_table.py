@@ -43,6 +43,7 @@ from gruc.popnn import gru
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.popnn.gru_params import GruOptions, GruParams
 from gruc.runtime.lower import CopyStep
+from gruc.runtime.report import write_text_atomically
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 TARGET = Target.custom(tiles_per_ipu=4)
@@ -221,6 +222,7 @@ TRIGGERS = {
     "GrucIndexError": lambda: tensor()[10],
     "GrucOptionError": lambda: GruOptions.parse({"bogus": 1}),
     "GrucMappingError": lambda: mapped([[(0, 10)]]),
+    "GrucFileError": lambda: write_text_atomically("/no/such/directory/report.json", "{}"),
     "GrucParseError": lambda: parse_module("garbage"),
     "GrucVerifyError": foreign_compute_set,
     "GrucProgramError": read_before_write,
