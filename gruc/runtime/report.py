@@ -104,15 +104,16 @@ def output_destination(path: str | os.PathLike) -> tuple[str, bool]:
     naming ``path``."""
     if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
         raise GrucValueError(f"cannot write {str(path)!r}: it names a directory, not a file")
-    target = os.path.realpath(path)
-    try:
-        kind = os.stat(target).st_mode
+    try:  # the kernel follows the links, /proc's (``/dev/stdout``, ``>(...)``) included
+        kind = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):  # a new file (or a bad directory: the
-        return target, False                            # write names it)
+        return os.path.realpath(path), False            # write names it)
     if stat.S_ISSOCK(kind):
         raise GrucFileError(f"cannot write {os.fspath(path)}: it is a socket; gruc writes "
                             "regular files, devices and FIFOs")
-    return target, not stat.S_ISREG(kind)
+    if stat.S_ISREG(kind):
+        return os.path.realpath(path), False
+    return os.fspath(path), True
 
 
 TEMPORARY_PREFIX = ".tmp-"
