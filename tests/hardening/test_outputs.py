@@ -15,6 +15,8 @@ import errno
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -104,6 +106,18 @@ def devices_kept(monkeypatch):
         return replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", guarded)
+
+
+def test_dev_stdout_reaches_the_pipe_it_links_to(tmp_path):
+    """``/dev/stdout`` links through ``/proc`` to ``pipe:[...]``, which is no path: the kernel,
+    not the link's text, says it is a FIFO."""
+    module = tmp_path / "in.gruc"
+    module.write_text(print_module(Module(Graph(Target.custom(tiles_per_ipu=4)), [Sequence()])))
+    done = subprocess.run([sys.executable, "-c", "import sys; from gruc.cli import main; "
+                           "sys.exit(main())", "opt", str(module), "-o", "/dev/stdout"],
+                          capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout == module.read_bytes()
 
 
 def test_a_device_is_written_in_place_not_replaced(devices_kept):
