@@ -114,8 +114,10 @@ class GruLayerConfig(GrucModel):
     @model_validator(mode="after")
     def _consistent(self) -> "GruLayerConfig":
         """The rules between flags: variable and real time steps exclude each other, variable
-        lengths are one or one per batch row, each within the sequence, and real time steps need
-        every step output (poplibs' own rule, in its words)."""
+        lengths are one or one per batch row, each within the sequence, real time steps need
+        every step output (poplibs' own rule, in its words), and the weights range is one the
+        data type holds (weights rounded to infinity make the reference NaN, which the check
+        would match with the device's NaN)."""
         if self.variable_time_steps is not None:
             if self.with_real_time_steps:
                 raise ValueError("variable time steps and real time steps are exclusive")
@@ -128,6 +130,10 @@ class GruLayerConfig(GrucModel):
                                  f"({self.sequence_size})")
         if self.with_real_time_steps and not self.output_all_sequence:
             raise ValueError("The outputFullSequence should be true if realTimeSteps given")
+        largest = float(np.finfo(dtype_of(self.data_type).storage).max)
+        if self.weights_range > largest:  # data rounded to infinity: a NaN reference, no check
+            raise ValueError(f"weights range {self.weights_range:g} is more than "
+                             f"{self.data_type} can hold (at most {largest:g})")
         return self
 
     def target(self) -> Target:

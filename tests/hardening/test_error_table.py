@@ -715,6 +715,12 @@ CLI_CASES = [
     (["gru", "--available-memory-proportion", "nan"], "nan"),
     (["gru", "--abs-tolerance", "inf"], "--abs-tolerance inf:"),
     (["gru", "--seed", "-1"], "--seed -1:"),
+    # issue 42 item 2: data the type cannot hold made a NaN reference, and NaN matched NaN
+    (["gru", "--sequence-size", "3", "--input-size", "4", "--output-size", "4", "--batch-size",
+      "2", "--tiles-per-ipu", "4", "--data-type", "half", "--weights-range", "70000"],
+     "weights range 70000 is more than half can hold (at most 65504)"),
+    (["gru", *LAYER, "--weights-range", "1e39"],
+     "weights range 1e+39 is more than float can hold (at most 3.40282e+38)"),
     (["trace", "--seed", "-1"], "--seed -1:"),
     (["plan", "--available-memory-proportion", "0:inf"], "'0:inf'"),
     (["plan", "--find-max", "batch-size", "--batch-size", "0"], "batch_size = 0"),
