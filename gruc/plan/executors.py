@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from gruc.errors import GrucValueError
@@ -52,6 +53,27 @@ def _pool_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker_environment()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+@contextmanager
+def _workers_start_deaf_to_ctrl_c() -> Iterator[None]:
+    """Ignore SIGINT while a worker process may be started, so it starts ignoring it too.
+
+    Why: a terminal's Ctrl-C goes to the whole process group, and a spawned worker spends its
+    first second importing gruc, before :func:`_pool_worker` can ignore SIGINT: each worker then
+    printed a KeyboardInterrupt traceback under the parent's one line.  An ignored signal stays
+    ignored across ``exec`` and Python leaves it so, whereas a blocked one does not survive
+    the spawn.  The parent ignores Ctrl-C only while it starts its workers (milliseconds, once
+    per pool: a Ctrl-C in them is lost, and a second one stops the sweep); only the main thread
+    may change signal handlers, and elsewhere nothing is changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -90,21 +112,20 @@ class ProcessExecutor:
         cancelled."""
         if not items:
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=min(self.jobs, len(items)),
-                mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker,
-                initargs=(os.getpid(),))
-        # at most two tasks in flight per worker, so an interrupted sweep leaves little queued
         pending: dict = {}
         todo = iter(enumerate(items))
         try:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=min(self.jobs, len(items)),
+                    mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker,
+                    initargs=(os.getpid(),))
+                # the pool starts a worker on each submit while none is idle: these first
+                # submits, made before any worker has even started, start them all
+                with _workers_start_deaf_to_ctrl_c():
+                    self._fill(fn, pending, todo)
             while True:
-                while len(pending) < 2 * self.jobs:
-                    nxt = next(todo, None)
-                    if nxt is None:
-                        break
-                    pending[self._pool.submit(fn, nxt[1])] = nxt[0]
+                self._fill(fn, pending, todo)
                 if not pending:
                     return
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -113,6 +134,15 @@ class ProcessExecutor:
         finally:
             for future in pending:
                 future.cancel()
+
+    def _fill(self, fn: Callable[[Any], Any], pending: dict, todo: Iterator) -> None:
+        """Submit tasks until two per worker are in flight (an interrupted sweep then leaves
+        little queued) or none is left; ``pending`` maps each future to its item's index."""
+        while len(pending) < 2 * self.jobs:
+            nxt = next(todo, None)
+            if nxt is None:
+                return
+            pending[self._pool.submit(fn, nxt[1])] = nxt[0]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -134,7 +164,7 @@ class DaskExecutor:
         else:
             try:
                 self.client = Client(address_or_client, timeout=10)
-            except OSError as error:
+            except (OSError, ValueError, TypeError) as error:  # ValueError: an unknown scheme
                 raise GrucValueError(f"cannot reach the Dask scheduler at "
                                      f"{address_or_client!r}: {error}") from None
             self._own = True
