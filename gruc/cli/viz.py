@@ -19,11 +19,17 @@ from gruc.cli.gru import FLAGS, add_layer_flags, compiled_only, config_from
 from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
+from gruc.ir.program import fewest_executions
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
+
+MOST_STEPS_RUN = 100_000_000
+"""The most steps ``--input`` runs a saved module for: the numba engine takes at least 2 us a
+step, so a run past this takes minutes to years (``repeat 4294967295``: three months) and is
+refused before it starts."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +69,13 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
         return title, result.engine, result.passed
     status.show(f"reading {args.input} ...")
     module = read_module(args.input)
+    if module.programs and not args.compile_only:
+        steps = fewest_executions(module.programs[0])
+        if steps > MOST_STEPS_RUN:
+            raise GrucValueError(f"{args.input}: program 0 runs at least {steps:,} steps (its "
+                                 f"loops' counts multiply), more than a simulated run can "
+                                 f"finish ({MOST_STEPS_RUN:,}); --compile-only reports on it "
+                                 "without running")
     status.show("compiling ...")
     engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline)
     if module.programs and not args.compile_only:
