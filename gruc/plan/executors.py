@@ -12,8 +12,9 @@ a picklable top-level function (or a ``functools.partial`` of one) and ``items``
 
 Worker processes call :func:`worker_environment` before any work: one numba thread (a pool of N
 processes each starting a thread per core oversubscribes the machine; Dask does not limit numba's
-threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR``, since numba's on-disk cache is not
-safe to write from several processes at once.  Plan-only work compiles no kernels at all, so this
+threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR`` (private directories under the user's
+gruc cache, :data:`WORKERS_DIRECTORY`), since numba's on-disk cache is not safe to write from several
+processes at once.  Plan-only work compiles no kernels at all, so this
 only guards whatever a task might compile.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -30,17 +30,25 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from gruc.errors import GrucValueError
+from gruc.runtime.caches import cache_root, private_directory
 
 Result = tuple[int, Any]
 
+WORKERS_DIRECTORY = "plan-workers"
+"""The directory of the gruc cache that holds each worker's own caches (``worker-<pid>``)."""
+
 
 def worker_environment() -> None:
-    """Give this worker process one numba thread and caches of its own (idempotent)."""
-    own = os.path.join(tempfile.gettempdir(), "gruc-plan-workers", f"worker-{os.getpid()}")
-    if os.environ.get("GRUC_CACHE_DIR") == own:
+    """Give this worker process one numba thread and caches of its own (idempotent): private
+    directories under the user's gruc cache (:func:`~gruc.runtime.caches.private_directory`),
+    since kernels are imported from them."""
+    name = f"worker-{os.getpid()}"
+    current = cache_root()
+    if current.name == name and current.parent.name == WORKERS_DIRECTORY:
         return
-    os.environ.update(NUMBA_NUM_THREADS="1", GRUC_CACHE_DIR=own,
-                      NUMBA_CACHE_DIR=os.path.join(own, "numba"))
+    own = private_directory(private_directory(current / WORKERS_DIRECTORY) / name)
+    os.environ.update(NUMBA_NUM_THREADS="1", GRUC_CACHE_DIR=str(own),
+                      NUMBA_CACHE_DIR=str(own / "numba"))
     from numba.core import config  # numba re-reads its environment before each compilation
 
     config.reload_config()
@@ -116,6 +124,7 @@ class ProcessExecutor:
         todo = iter(enumerate(items))
         try:
             if self._pool is None:
+                private_directory(cache_root() / WORKERS_DIRECTORY)  # refused here, in one line
                 self._pool = ProcessPoolExecutor(
                     max_workers=min(self.jobs, len(items)),
                     mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker,
