@@ -74,7 +74,15 @@ class GrucMemoryError(GrucProgramError):
 
 
 class GrucOutOfMemory(GrucError):
-    """A compiled program needs more bytes on some tile than the tile has (``strict_memory``)."""
+    """A compiled program needs more bytes on some tile than the tile has (``strict_memory``).
+
+    ``details`` holds the memory report's lines where the compile made one (which tiles are
+    over, by how much, and what is on them): what ``--strict-memory`` prints before its one
+    error line."""
+
+    def __init__(self, message: str, details: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 def expect(condition: bool, error: type[GrucError], message: str) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from gruc.errors import GrucError
+from gruc.errors import GrucError, GrucOutOfMemory
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -21,6 +21,10 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+
+OUT_OF_MEMORY = 3
+"""Exit code of a program refused because it does not fit (``--strict-memory``); 1 is a failed
+check against the reference, 2 bad input."""
 
 COMMANDS = {
     "gru": "build, run and check a GRU layer",
@@ -100,9 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({str(error) or 'an allocation failed'}); choose a smaller configuration or a "
               "machine with more memory", file=sys.stderr)
         return 2
+    except GrucOutOfMemory as error:
+        # the layer does not fit and --strict-memory was asked: the memory report, then why
+        if error.details:
+            print("\n".join(error.details), flush=True)
+        print(f"gruc {args.command}: error: {_first_line(error)}", file=sys.stderr)
+        return OUT_OF_MEMORY
     except GrucError as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"gruc {args.command}: error: {message}", file=sys.stderr)
+        print(f"gruc {args.command}: error: {_first_line(error)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader (``| head``) left early: stop quietly, as Unix tools do
@@ -118,6 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         sys.stdout = stdout
+
+
+def _first_line(error: GrucError) -> str:
+    """What the one error line says: the message's first line, or the class's name."""
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _interrupted(who: str) -> int:

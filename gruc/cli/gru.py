@@ -128,16 +128,26 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
+    add_strict_memory_flag(parser)
     parser.add_argument("--profile", metavar="DIR", type=output_directory,
                         help="write report.json, report.html and trace.json here")
     parser.set_defaults(run=run)
 
 
-def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None
-                  ) -> Engine:
+def add_strict_memory_flag(parser: argparse.ArgumentParser) -> None:
+    """``--strict-memory``, for every command that compiles a program to run it."""
+    parser.add_argument("--strict-memory", action="store_true",
+                        help="refuse a program that does not fit, before running it: the "
+                             "out-of-memory report and exit code 3 (without it, it runs, as on "
+                             "Poplar's IPUModel)")
+
+
+def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None,
+                  strict_memory: bool = False) -> Engine:
     """The layer compiled but not run, its report counting the run it would make (the same
     cycles and exchange as ``gruc plan``), for ``--compile-only``."""
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
+                    strict_memory=strict_memory)
     engine.count_run(layer_step_counts(config, layer, engine.module, engine.plan.liveness.steps))
     return engine
 
@@ -176,11 +186,11 @@ def run(args: argparse.Namespace) -> int:
         built = time.perf_counter() - start
         if args.compile_only:
             status.show("compiling ...")
-            engine = compiled_only(config, layer)
+            engine = compiled_only(config, layer, strict_memory=args.strict_memory)
             compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
         else:
             status.show("compiling and running on the simulated IPU ...")
-            result = run_layer(config, layer)
+            result = run_layer(config, layer, strict_memory=args.strict_memory)
             engine, compile_seconds = result.engine, result.compile_seconds
             run_seconds, passed = result.run_seconds, result.passed
     if not args.compile_only:

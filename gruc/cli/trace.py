@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from gruc.cli.gru import add_layer_flags, config_from
+from gruc.cli.gru import add_layer_flags, add_strict_memory_flag, config_from
 from gruc.cli.opt import STDIO, output_file, write_output
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
@@ -23,6 +23,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_layer_flags(parser)
     parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")
+    add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         status.show("building the layer ...")
         layer = build_layer(config)
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer)
+        result = run_layer(config, layer, strict_memory=args.strict_memory)
     trace = result.engine.chrome_trace()
     text = json.dumps(trace)
     write_output(text, args.output)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gruc.cli.gru import FLAGS, add_layer_flags, compiled_only, config_from
+from gruc.cli.gru import (FLAGS, add_layer_flags, add_strict_memory_flag, compiled_only,
+                          config_from)
 from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
@@ -49,6 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
                         help="output file, - for stdout (default: report.html for html, stdout "
                              "for dot)")
+    add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -63,9 +65,9 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
                  f"I={config.input_size} H={config.output_size} {config.data_type}")
         if args.compile_only:
             status.show("compiling ...")
-            return title, compiled_only(config, layer, args.pipeline), True
+            return title, compiled_only(config, layer, args.pipeline, args.strict_memory), True
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer, args.pipeline)
+        result = run_layer(config, layer, args.pipeline, args.strict_memory)
         return title, result.engine, result.passed
     status.show(f"reading {args.input} ...")
     module = read_module(args.input)
@@ -77,7 +79,8 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
                                  f"finish ({MOST_STEPS_RUN:,}); --compile-only reports on it "
                                  "without running")
     status.show("compiling ...")
-    engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline)
+    engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline,
+                    strict_memory=args.strict_memory)
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             layer = build_layer(config_from(args))
             module = Module(layer.graph, layer.programs)
         compiled = compile_program(module.graph, module.programs, pipeline=args.pipeline,
-                                   costs=False)
+                                   strict_memory=args.strict_memory, costs=False)
         write_output(dataflow_dot(compiled.module), output)
         return 0
     with StatusLine() as status:

@@ -329,13 +329,14 @@ def reference_results(config: GruLayerConfig, data: gru_reference.RandomInputs,
 
 
 def run_layer(config: GruLayerConfig, layer: GruLayer | None = None,
-              pipeline: str | None = None) -> LayerRun:
-    """Build (unless given), compile (with ``pipeline``: as :class:`Engine`'s), run and check the
-    layer against the float64 reference."""
+              pipeline: str | None = None, strict_memory: bool = False) -> LayerRun:
+    """Build (unless given), compile (with ``pipeline`` and ``strict_memory``: as
+    :class:`Engine`'s), run and check the layer against the float64 reference."""
     start = time.perf_counter()
     layer = layer or build_layer(config)
     built = time.perf_counter()
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline)
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
+                    strict_memory=strict_memory)
     compiled = time.perf_counter()
     data, lengths = host_data(config)
     values = {"input": data.x, "init_state": data.h0, "input_weights": data.input_weights,

@@ -36,7 +36,7 @@ from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
-from gruc.runtime.report import Report
+from gruc.runtime.report import Report, memory_lines, overflow_lines
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
 from gruc.runtime.verify_memory import verify_memory
 
@@ -83,7 +83,8 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
     if strict_memory and not plan.fits:
         worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
         raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
-                              f"tile(s) over capacity in all")
+                              f"tile(s) over capacity in all",
+                              (*memory_lines(graph.target, plan), *overflow_lines(plan)))
     step_cost = step_costs(module.graph, plan.liveness.steps) if costs else None
     compiled = CompiledProgram(module, plan, step_cost, time.perf_counter() - start)
     note_release(compiled)  # its graph is garbage for the cyclic collector once it is gone

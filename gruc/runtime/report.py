@@ -164,6 +164,30 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
         handle.write(text)
 
 
+def memory_lines(target: Target, plan: MemoryPlan) -> list[str]:
+    """The memory part of a report's summary: whether the plan fits, how full the fullest tile
+    is, and the bytes by category — all a compile refused as out of memory can show."""
+    used = int(np.count_nonzero(plan.total_bytes))
+    over = len(plan.tiles_over_capacity)
+    return [
+        f"target            {target.describe()}",
+        f"fits              {'yes' if plan.fits else 'NO'}"
+        + ("" if plan.fits else f" ({over} tiles over capacity)"),
+        f"tiles used        {used} of {target.num_tiles}",
+        f"max tile memory   {plan.max_total_bytes} B of {target.bytes_per_tile} B "
+        f"({100.0 * plan.max_total_bytes / target.bytes_per_tile:.1f}%)",
+        f"always-live       {int(plan.always_live_bytes.sum())} B total, "
+        f"{int(plan.always_live_bytes.max(initial=0))} B max per tile",
+        f"not-always-live   {int(plan.not_always_live_bytes.sum())} B total peak, "
+        f"{int(plan.not_always_live_bytes.max(initial=0))} B max per tile",
+    ]
+
+
+def overflow_lines(plan: MemoryPlan, shown: int = 3) -> list[str]:
+    """The first ``shown`` tiles over capacity, each with its bytes and largest tensors."""
+    return [f"  over capacity: {overflow}" for overflow in plan.tiles_over_capacity[:shown]]
+
+
 class Report:
     """Memory, exchange and cycle figures of a compiled (and maybe run) program."""
 
@@ -313,18 +337,8 @@ class Report:
         """The few lines every command prints after a compile or run: memory, cycles,
         exchange, and the worst tile, so a glance says whether the layer fits and why not."""
         cycles = self.cycles
-        used = int(np.count_nonzero(self.total_bytes))
         lines = [
-            f"target            {self.target.describe()}",
-            f"fits              {'yes' if self.fits else 'NO'}"
-            + ("" if self.fits else f" ({len(self.tiles_over_capacity)} tiles over capacity)"),
-            f"tiles used        {used} of {self.target.num_tiles}",
-            f"max tile memory   {self.max_tile_bytes} B of {self.target.bytes_per_tile} B "
-            f"({100.0 * self.max_tile_bytes / self.target.bytes_per_tile:.1f}%)",
-            f"always-live       {int(self.always_live_bytes.sum())} B total, "
-            f"{int(self.always_live_bytes.max(initial=0))} B max per tile",
-            f"not-always-live   {int(self.not_always_live_max_bytes.sum())} B total peak, "
-            f"{int(self.not_always_live_max_bytes.max(initial=0))} B max per tile",
+            *memory_lines(self.target, self.plan),
             f"exchange          {self.exchange_bytes} B",
             f"cycles            {cycles.total} total = {cycles.compute} compute + "
             f"{cycles.exchange} exchange + {cycles.sync} sync "
@@ -335,9 +349,7 @@ class Report:
         if self.step_counts.any():
             lines.append(self._busiest_tile_line())
         lines.append(f"compile           {self.compile_seconds:.3f} s")
-        for overflow in self.tiles_over_capacity[:3]:
-            lines.append(f"  over capacity: {overflow}")
-        return lines
+        return lines + overflow_lines(self.plan)
 
     def _busiest_tile_line(self) -> str:
         """The tile that computes and exchanges the most, and how long it waits: the share of
