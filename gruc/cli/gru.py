@@ -20,7 +20,7 @@ from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.report import write_text_atomically
-from gruc.runtime.viz import StatusLine, html_report
+from gruc.runtime.viz import StatusLine, html_report, require_matplotlib
 
 
 def _bool(text: str) -> bool:
@@ -175,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     """``gruc gru``: build, compile, run and check the layer, print the summary; exit 1 when the
     check against the float64 reference fails, so scripts can tell."""
     config = config_from(args)
+    if args.profile:
+        require_matplotlib("--profile's HTML report")
     print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
           f"H={config.output_size} {config.data_type} phase={config.phase}"
           + (" reset_after" if config.reset_after else "")

@@ -23,10 +23,10 @@ from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_la
                        plot_metrics, plot_tile_heatmap, run_sweep)
 from gruc.plan.grid import TUPLE_FIELDS
 from gruc.plan.layer import PLAN_IGNORED
-from gruc.plan.plots import require_plotting
 from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
 from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.runtime.viz import require_matplotlib
 
 PLAN_FLAGS = [entry for entry in FLAGS if entry[1] not in PLAN_IGNORED]
 """``gruc gru``'s layer flags less those that only affect running or checking."""
@@ -197,7 +197,7 @@ def _study(args: argparse.Namespace) -> int:
     _check_search_flags(args)
     _check_heatmap(args, spec)
     if args.plots:
-        require_plotting()
+        require_matplotlib("--plots")
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)
     try:

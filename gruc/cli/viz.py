@@ -23,7 +23,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import fewest_executions
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
-from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
+from gruc.runtime.viz import StatusLine, dataflow_dot, html_report, require_matplotlib
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
 
@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None and given:
         raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
     output = args.output or DEFAULT_OUTPUT[args.format]
+    if args.format == "html":
+        require_matplotlib("the HTML report")
     if args.format == "dot":
         if args.input is not None:
             module = read_module(args.input)

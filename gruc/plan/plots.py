@@ -13,7 +13,6 @@ through ``pyplot``, so plotting never changes a caller's matplotlib backend or g
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
+from gruc.runtime.viz import require_matplotlib
 
 PANELS = (
     ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
@@ -37,20 +37,10 @@ PANELS = (
 """(metric, axis label, capacity column, capacity label) of each panel."""
 
 
-def require_plotting() -> None:
-    """A GrucValueError naming the extra to install unless matplotlib imports: what a study asking
-    for plots checks before its sweep, not after it."""
-    try:
-        importlib.import_module("matplotlib")
-    except ImportError:
-        raise GrucValueError("plots need matplotlib, which the plain install leaves out: "
-                             "pip install 'gruc[viz]'") from None
-
-
 def _figure(width: float, height: float):
     """A matplotlib Figure on the Agg canvas, made without pyplot (no GUI backend, no global figure
-    state to close); matplotlib missing is a GrucValueError naming the extra to install."""
-    require_plotting()
+    state to close); matplotlib missing is a GrucValueError saying what to install."""
+    require_matplotlib("plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

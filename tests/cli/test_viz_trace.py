@@ -284,3 +284,32 @@ def test_viz_of_a_module_no_run_could_finish_is_refused_up_front(tmp_path):
     done = subprocess.run([*GRUC, "viz", "--input", str(module), "--compile-only", "-o",
                            str(tmp_path / "r.html")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and (tmp_path / "r.html").exists(), done.stderr
+
+
+@pytest.mark.parametrize("argv", [["viz", *SMALL, "-o", "{d}/r.html"],
+                                  ["gru", *SMALL, "--profile", "{d}/profile"]])
+def test_a_report_needing_matplotlib_is_refused_before_the_layer_is_built(argv, tmp_path,
+                                                                           monkeypatch, capsys):
+    """Issue 42 item 9: where matplotlib is missing (an install without dependencies) the HTML
+    report's commands say so at once, not after running the whole layer (88 s on a big one)."""
+    def never(config):
+        raise AssertionError("the layer was built before matplotlib was looked for")
+
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # as if not installed
+    for module in ("gruc.cli.viz", "gruc.cli.gru"):
+        monkeypatch.setattr(module + ".build_layer", never)
+    code, out, err = gruc([part.format(d=tmp_path) for part in argv], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "needs matplotlib, which is not installed: pip install matplotlib" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_base_install_brings_matplotlib():
+    """The first README command (``pip install -e .``) must bring what ``gruc viz`` and
+    ``gruc gru --profile`` need."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert any(requirement.startswith("matplotlib")
+               for requirement in project["project"]["dependencies"])
