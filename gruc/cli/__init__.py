@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Sequence
 
+from gruc import __version__
 from gruc.errors import GrucError, GrucOutOfMemory
 
 
@@ -45,6 +46,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     a second, and ``gruc --help`` or ``gruc passes`` should not wait for the others'."""
     chosen = next((word for word in argv if not word.startswith("-")), None) if argv else None
     parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")
+    parser.add_argument("--version", action="version", version=f"gruc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name, summary in COMMANDS.items():
         command = commands.add_parser(name, help=summary)
