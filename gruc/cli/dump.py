@@ -20,7 +20,7 @@ from gruc.runtime.viz import StatusLine
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc dump``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
     parser.description = __doc__.splitlines()[0]
-    add_layer_flags(parser)
+    add_layer_flags(parser, runs=False)
     add_pipeline_flags(parser)
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text IR, JSON or DOT dataflow graph (default: text)")

@@ -14,7 +14,7 @@ from typing import Any
 
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
-from gruc.plan.layer import layer_step_counts
+from gruc.plan.layer import PLAN_IGNORED, layer_step_counts
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
@@ -93,10 +93,30 @@ def flag_help(field: str, text: str) -> str:
     return f"{text} (default: {default})"
 
 
-def add_layer_flags(parser: argparse.ArgumentParser) -> None:
-    """The layer flags, shared by every command that builds a GRU layer."""
+IR_IGNORED = (*PLAN_IGNORED, "seed")
+"""Layer flags that change how a built layer runs or is checked, never its IR (the seed draws the
+data, and the real time steps' lengths, which a plan counts but the IR does not hold)."""
+
+
+class _RunOnly(argparse.Action):
+    """A flag that only changes a run, given to a command that runs nothing: refused by name
+    rather than accepted and ignored."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} only changes how the layer runs or is checked; "
+                     f"{parser.prog} builds its IR and runs nothing: drop it")
+
+
+def add_layer_flags(parser: argparse.ArgumentParser, runs: bool = True) -> None:
+    """The layer flags, shared by every command that builds a GRU layer; with ``runs`` False
+    (a command that only builds it) the flags of :data:`IR_IGNORED` are refused."""
     for flag, field, kind, text in FLAGS:
-        parser.add_argument(flag, dest=field, type=kind, default=None, help=flag_help(field, text))
+        if runs or field not in IR_IGNORED:
+            parser.add_argument(flag, dest=field, type=kind, default=None,
+                                help=flag_help(field, text))
+        else:
+            parser.add_argument(flag, dest=field, action=_RunOnly, default=None,
+                                help=argparse.SUPPRESS)
 
 
 def config_from(args: argparse.Namespace) -> GruLayerConfig:

@@ -692,6 +692,9 @@ def test_exact_integer_writes_are_still_accepted():
 LAYER = ["--sequence-size", "2", "--input-size", "4", "--output-size", "4", "--batch-size", "2",
          "--tiles-per-ipu", "16", "--backend", "numpy"]
 
+BUILT = LAYER[:-2]
+"""The layer as ``gruc dump`` takes it: no ``--backend``, since it runs nothing."""
+
 CLI_CASES = [
     (["gru", "--sequence-size", "0"], "--sequence-size 0:"),
     (["gru", "--sequence-size", "-3"], "--sequence-size -3:"),
@@ -727,8 +730,8 @@ CLI_CASES = [
     (["gru", "--bogus"], "--bogus"),
     (["bogus"], "'bogus'"),
     ([], "command"),
-    (["dump", *LAYER, "-p", "nope"], "'nope'"),
-    (["dump", *LAYER, "-p", "dce{"], "'dce{'"),
+    (["dump", *BUILT, "-p", "nope"], "'nope'"),
+    (["dump", *BUILT, "-p", "dce{"], "'dce{'"),
     (["dump", "--format", "x"], "'x'"),
     (["opt", "/nonexistent/in.ir"], "/nonexistent/in.ir"),
     (["viz", "--input", "/nonexistent/in.ir"], "/nonexistent/in.ir"),
@@ -788,7 +791,7 @@ FILE_CASES = [
     (["opt", "{d}"], "{d}"),
     (["opt", "{d}/bad.ir", "-p", "nope"], "bad.ir"),
     (["viz", "--input", "{d}/bad.ir", "--batch-size", "2"], "--batch-size"),
-    (["dump", *LAYER, "-o", "{d}/a-file/out.ir"], "a-file"),
+    (["dump", *BUILT, "-o", "{d}/a-file/out.ir"], "a-file"),
     (["gru", *LAYER, "--compile-only", "--profile", "{d}/a-file/profile"], "a-file"),
     (["gru", *LAYER, "--profile", "{d}/a-file"], "is a file, not a directory"),
     (["gru", *LAYER, "--profile", ""], "--profile: needs a directory"),
@@ -796,14 +799,14 @@ FILE_CASES = [
     (["plan", *LAYER, "--out", "{d}/a-file/rows"], "a-file' is a file"),
     (["viz", *LAYER, "-o", ""], "needs a file name"),
     (["viz", *LAYER, "-o", "{d}/a-file/x.html"], "a-file' is not a directory"),
-    (["dump", *LAYER, "-o", ""], "needs a file name"),
+    (["dump", *BUILT, "-o", ""], "needs a file name"),
     (["trace", *LAYER, "-o", ""], "needs a file name"),
     (["gru", *LAYER, "--shards", "100", "--profile", "{d}/not-made"], "numShards"),
     (["trace", *LAYER, "-o", "{d}"], "names a directory"),
     (["trace", *LAYER, "-o", "{d}/"], "names a directory"),
     # a place nothing can be made in (procfs refuses even root) is refused before the run
     (["gru", *LAYER, "--profile", "/proc/gruc-profile"], "cannot write '/proc/gruc-profile'"),
-    (["dump", *LAYER, "-o", "/proc/gruc.ir"], "cannot write '/proc/gruc.ir'"),
+    (["dump", *BUILT, "-o", "/proc/gruc.ir"], "cannot write '/proc/gruc.ir'"),
 ]
 
 
