@@ -38,7 +38,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0]
     add_layer_flags(parser)
     parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
-                        "stdin) instead of the GRU layer; only --backend may go with it")
+                        "stdin) instead of the GRU layer; of the layer flags only --backend may "
+                        "go with it (as may --format, --pipeline, --compile-only, "
+                        "--strict-memory and -o)")
     parser.add_argument("--format", choices=("html", "dot"), default="html",
                         help="html report or DOT dataflow graph (default: html)")
     parser.add_argument("--pipeline", metavar="PIPELINE",
