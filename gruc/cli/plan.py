@@ -208,6 +208,9 @@ def _study(args: argparse.Namespace) -> int:
         executor.close()
     if len(result.rows) <= TABLE_ROWS:
         _print_table(result.rows, spec.parameters)
+    else:
+        print(f"table             not printed for {len(result.rows)} rows (more than "
+              f"{TABLE_ROWS}): see {result.store.csv_path}")
     short = sum(map(short_of_host_memory, result.errors))
     print(f"configurations    {len(result.rows)}: {result.computed} planned now, "
           f"{result.skipped} already in {out}, {len(result.errors) - short} refused"
