@@ -15,6 +15,7 @@ from gruc.cli.gru import add_layer_flags, add_strict_memory_flag, config_from
 from gruc.cli.opt import STDIO, output_file, write_output
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
+from gruc.text import plural
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.output == STDIO else sys.stdout
     print(f"trace             {args.output}: {len(trace['traceEvents'])} events, "
           f"{len(text) / 1024:.1f} KiB, {trace['otherData']['cycles']} cycles, "
-          f"{trace['otherData']['tiles_per_track']} tile(s) per track", file=out)
+          f"{plural(trace['otherData']['tiles_per_track'], 'tile')} per track", file=out)
     print("check             " + ("PASSED" if result.passed else "FAILED")
           + " against the float64 reference", file=out)
     return 0 if result.passed else 1

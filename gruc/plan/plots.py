@@ -24,6 +24,7 @@ from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
 from gruc.runtime.viz import require_matplotlib
+from gruc.text import plural
 
 PANELS = (
     ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
@@ -152,11 +153,11 @@ def plot_tile_heatmap(plan: LayerPlan, path: str | os.PathLike) -> Path:
     if over:
         columns = grid.shape[1]
         ax.scatter([t % columns for t in over], [t // columns for t in over], marker="x",
-                   color="red", label=f"{len(over)} tiles over capacity")
+                   color="red", label=f"{plural(len(over), 'tile')} over capacity")
         ax.legend(loc="upper right")
     config = plan.config
     ax.set_title(f"S={config.sequence_size} B={config.batch_size} I={config.input_size} "
-                 f"H={config.output_size} {config.data_type}, {plan.layer.num_shards} shard(s) on "
+                 f"H={config.output_size} {config.data_type}, {plural(plan.layer.num_shards, 'shard')} on "
                  f"{target.describe()}\nmax tile {report.max_tile_bytes} B of "
                  f"{target.bytes_per_tile} B", fontsize="medium")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -39,6 +39,7 @@ from gruc.plan.layer import config_key, plan_row, row_problem
 from gruc.plan.rows import RowStore
 from gruc.plan.sweep import Progress
 from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.text import plural
 
 SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",
               "tiles_per_ipu", "ipus")
@@ -93,7 +94,7 @@ class FindMaxResult:
         return (f"{head}; {at}: tile {failing['first_overflow_tile']} needs "
                 f"{failing['first_overflow_bytes']} B of {failing['bytes_per_tile']} B (largest "
                 f"tensors there: {failing['first_overflow_tensors']}); "
-                f"{failing['tiles_over_capacity']} tiles over capacity")
+                f"{plural(failing['tiles_over_capacity'], 'tile')} over capacity")
 
 
 def _fits(row: dict[str, Any]) -> bool:

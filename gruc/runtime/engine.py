@@ -39,6 +39,7 @@ from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report, memory_lines, overflow_lines
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
 from gruc.runtime.verify_memory import verify_memory
+from gruc.text import plural
 
 BACKENDS = ("numba", "numpy")
 
@@ -82,8 +83,9 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
     plan = plan_memory(module)
     if strict_memory and not plan.fits:
         worst = max(plan.tiles_over_capacity, key=lambda o: (o.bytes, -o.tile))
-        raise GrucOutOfMemory(f"out of memory: {worst}; {len(plan.tiles_over_capacity)} "
-                              f"tile(s) over capacity in all",
+        raise GrucOutOfMemory(f"out of memory: {worst}; "
+                              f"{plural(len(plan.tiles_over_capacity), 'tile')} over capacity "
+                              "in all",
                               (*memory_lines(graph.target, plan), *overflow_lines(plan)))
     step_cost = step_costs(module.graph, plan.liveness.steps) if costs else None
     compiled = CompiledProgram(module, plan, step_cost, time.perf_counter() - start)

@@ -28,6 +28,7 @@ from gruc.passes.steps import Step
 from gruc.passes.plan_memory import MemoryPlan, TileOverflow
 from gruc.runtime.cost import StepCost
 from gruc.target import Target
+from gruc.text import plural
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def memory_lines(target: Target, plan: MemoryPlan) -> list[str]:
     return [
         f"target            {target.describe()}",
         f"fits              {'yes' if plan.fits else 'NO'}"
-        + ("" if plan.fits else f" ({over} tiles over capacity)"),
+        + ("" if plan.fits else f" ({plural(over, 'tile')} over capacity)"),
         f"tiles used        {used} of {target.num_tiles}",
         f"max tile memory   {plan.max_total_bytes} B of {target.bytes_per_tile} B "
         f"({100.0 * plan.max_total_bytes / target.bytes_per_tile:.1f}%)",
