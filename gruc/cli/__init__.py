@@ -14,13 +14,19 @@ from typing import Sequence
 
 from gruc import __version__
 from gruc.errors import GrucError, GrucOutOfMemory
+from gruc.text import plain
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (``gruc gru: error: ...``) and exit code 2."""
+    """argparse with one-line errors (``gruc gru: error: ...``) and exit code 2, and help in
+    plain text: descriptions and option help come from docstrings, whose reStructuredText
+    markup (````gruc gru````, ``:func:``) a terminal would show as it is."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
 
 
 OUT_OF_MEMORY = 3

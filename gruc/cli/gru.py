@@ -20,6 +20,7 @@ from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.report import write_text_atomically
 from gruc.runtime.viz import StatusLine, html_report, require_matplotlib
+from gruc.text import first_paragraph
 
 
 def _bool(text: str) -> bool:
@@ -144,7 +145,7 @@ def _as_typed(value: Any) -> str:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc gru``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     add_layer_flags(parser)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
     add_strict_memory_flag(parser)

@@ -25,6 +25,7 @@ from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
 from gruc.runtime.report import TEMPORARY_PREFIX, output_destination, write_text_atomically
 from gruc.runtime.viz import StatusLine, dataflow_dot
+from gruc.text import first_paragraph
 
 FORMATS = ("text", "json", "dot")
 STDIO = "-"
@@ -178,7 +179,7 @@ def apply_pipeline(module: Module, args: argparse.Namespace) -> Module:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc opt``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     parser.add_argument("input", metavar="IN", nargs="?", default=STDIO,
                         help="text IR or JSON module; - for stdin (the default)")
     add_pipeline_flags(parser)

@@ -37,7 +37,7 @@ TABLE_ROWS = 40
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc plan``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.replace("``", "'")
+    parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for flag, field, _, text in PLAN_FLAGS:
         parser.add_argument(flag, dest=field, default=None, metavar="VALUES",

@@ -16,11 +16,12 @@ from gruc.cli.opt import STDIO, output_file, write_output
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
 from gruc.text import plural
+from gruc.text import first_paragraph
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc trace``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     add_layer_flags(parser)
     parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")

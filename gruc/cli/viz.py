@@ -24,6 +24,7 @@ from gruc.ir.program import fewest_executions
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.viz import StatusLine, dataflow_dot, html_report, require_matplotlib
+from gruc.text import first_paragraph
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
 
@@ -35,7 +36,7 @@ refused before it starts."""
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc viz``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     add_layer_flags(parser)
     parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
                         "stdin) instead of the GRU layer; of the layer flags only --backend may "
