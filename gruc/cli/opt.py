@@ -30,22 +30,17 @@ from gruc.text import first_paragraph
 FORMATS = ("text", "json", "dot")
 STDIO = "-"
 
+MOST_MODULE_BYTES = 512 << 20
+"""The largest input read as a module: 2.4 times the largest gruc writes for a layer of a 4-IPU
+machine; ``gruc opt /dev/zero`` read on until an 8 GB memory limit stopped it."""
+
 
 def read_module(path: str) -> Module:
     """The module in file ``path`` (``-``: stdin): JSON if the text parses as JSON (or starts as
     an object does: a truncated file is broken JSON, not bad text IR), else text IR.  Parse
     errors name the file and the line and column."""
     name = "<stdin>" if path == STDIO else path
-    try:
-        if path == STDIO:
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-    except OSError as error:
-        raise GrucFileError.about(name, "read", error) from None
-    except UnicodeDecodeError as error:
-        raise GrucValueError(f"cannot read {name}: {error}") from None
+    text = _read_text(path, name)
     try:
         try:
             data = json.loads(text)
@@ -61,6 +56,27 @@ def read_module(path: str) -> Module:
         return module_from_json(data)
     except GrucParseError as error:
         raise GrucParseError(f"{name}: {error}") from None
+
+
+def _read_text(path: str, name: str) -> str:
+    """The text of file ``path`` (``-``: stdin), at most :data:`MOST_MODULE_BYTES` of it: more is
+    refused after reading that much, not read on until memory runs out."""
+    try:
+        if path == STDIO:
+            data = getattr(sys.stdin, "buffer", sys.stdin).read(MOST_MODULE_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MOST_MODULE_BYTES + 1)
+    except OSError as error:
+        raise GrucFileError.about(name, "read", error) from None
+    if len(data) > MOST_MODULE_BYTES:
+        raise GrucValueError(f"{name} is larger than {MOST_MODULE_BYTES >> 20} MiB, the most gruc "
+                             "reads as a module (the JSON of a 4-IPU training layer, S=2000 and "
+                             "I=H=512, is 210 MB): is it the right file?")
+    try:
+        return data if isinstance(data, str) else data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GrucValueError(f"cannot read {name}: {error}") from None
 
 
 def format_module(module: Module, fmt: str) -> str:
