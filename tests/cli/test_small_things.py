@@ -13,7 +13,7 @@ from gruc.cli.gru import FLAGS
 from gruc.ir.module import Module
 from gruc.ir.printer import print_module
 from gruc.text import plain, plural
-from cli_helpers import SIZES, SMALL, gruc
+from cli_helpers import SIZES, gruc
 
 
 # ---- gruc dump refuses the flags that only change a run ----------------------------------------------
