@@ -12,10 +12,10 @@ a picklable top-level function (or a ``functools.partial`` of one) and ``items``
 
 Worker processes call :func:`worker_environment` before any work: one numba thread (a pool of N
 processes each starting a thread per core oversubscribes the machine; Dask does not limit numba's
-threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR`` (private directories under the user's
-gruc cache, :data:`WORKERS_DIRECTORY`), since numba's on-disk cache is not safe to write from several
-processes at once.  Plan-only work compiles no kernels at all, so this
-only guards whatever a task might compile.
+threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR`` (private directories under the
+user's gruc cache, :data:`WORKERS_DIRECTORY`), since numba's on-disk cache is not safe to write
+from several processes at once.  Plan-only work compiles no kernels at all, so this only guards
+whatever a task might compile.
 """
 
 from __future__ import annotations
