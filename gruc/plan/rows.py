@@ -106,7 +106,8 @@ def short_text(value: Any, limit: int = 60) -> str:
 
 
 class RowStore:
-    """The rows of one output directory, loaded from ``rows.json`` if a previous run left one."""
+    """The rows of one output directory, loaded from ``rows.json`` if a previous run left one
+    (each checked by ``check_row``, a sweep's rules for its rows: see :func:`read_rows`)."""
 
     def __init__(self, directory: str | os.PathLike, check_row: RowCheck | None = None) -> None:
         self.directory = Path(directory)
@@ -118,7 +119,12 @@ class RowStore:
         self._parameters: dict[str, None] = {}  # the swept flags of every grid that wrote here
         self._by_key: dict[str, dict[str, Any]] = {}
         if self.json_path.exists():
-            for row in read_rows(self.json_path, check_row):
+            try:
+                loaded = read_rows(self.json_path, check_row)
+            except BaseException:
+                self._lock.close()  # refused: the directory is free for the next try
+                raise
+            for row in loaded:
                 if not short_of_host_memory(row):
                     self._remember(row)
         for name in (JSON_NAME, CSV_NAME):  # what a killed run was writing: never a result
