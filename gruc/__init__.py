@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "gruc.errors": ("GrucError", "GrucTypeError", "GrucValueError", "GrucShapeError",
                     "GrucIndexError", "GrucMappingError", "GrucOptionError", "GrucParseError",
-                    "GrucVerifyError", "GrucProgramError", "GrucOutOfMemory", "GrucMemoryError"),
+                    "GrucVerifyError", "GrucProgramError", "GrucOutOfMemory", "GrucMemoryError",
+                    "GrucFileError"),
     "gruc.ir.graph": ("ComputeSet", "Function", "Graph", "Vertex"),
     "gruc.ir.mapping": ("TileMapping",),
     "gruc.ir.module": ("Module",),

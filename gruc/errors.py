@@ -36,6 +36,25 @@ class GrucMappingError(GrucValueError):
     """A tile mapping that is incomplete, overlapping or names a tile the target lacks."""
 
 
+class GrucFileError(GrucError, OSError):
+    """A file gruc was asked to read or write cannot be: the message names the path and the
+    system's reason.  An ``OSError`` too, so ``except OSError`` still catches it."""
+
+    @classmethod
+    def about(cls, path: object, doing: str, error: OSError) -> "GrucFileError":
+        """``cannot <doing> <path>: <reason>`` for the ``OSError`` a read or write of ``path``
+        raised, keeping its ``errno`` and naming ``path`` as its ``filename``."""
+        path = str(path)
+        made = cls(f"cannot {doing} {path}: {error.strerror or error}")
+        made.errno, made.strerror, made.filename = error.errno, error.strerror, path
+        return made
+
+    def __str__(self) -> str:
+        """The message alone (``OSError`` would show ``[Errno n] reason: 'path'`` once its
+        attributes are set)."""
+        return str(self.args[0]) if self.args else ""
+
+
 class GrucParseError(GrucError):
     """Text IR or a pipeline string that does not parse; the message gives line and column."""
 
@@ -55,7 +74,15 @@ class GrucMemoryError(GrucProgramError):
 
 
 class GrucOutOfMemory(GrucError):
-    """A compiled program needs more bytes on some tile than the tile has (``strict_memory``)."""
+    """A compiled program needs more bytes on some tile than the tile has (``strict_memory``).
+
+    ``details`` holds the memory report's lines where the compile made one (which tiles are
+    over, by how much, and what is on them): what ``--strict-memory`` prints before its one
+    error line."""
+
+    def __init__(self, message: str, details: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 def expect(condition: bool, error: type[GrucError], message: str) -> None:

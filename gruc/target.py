@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gruc.errors import GrucValueError
+from gruc.text import plural
 from gruc.types import DType, dtype_of
 from gruc.validated import GrucModel
 
@@ -150,4 +151,5 @@ class Target(GrucModel):
 
     def describe(self) -> str:
         """One line for reports: ``ipu2: 1 x 1472 tiles x 638976 B``."""
-        return f"{self.name}: {self.num_ipus} x {self.tiles_per_ipu} tiles x {self.bytes_per_tile} B"
+        return (f"{self.name}: {self.num_ipus} x {plural(self.tiles_per_ipu, 'tile')} x "
+                f"{self.bytes_per_tile} B")

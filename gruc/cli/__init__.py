@@ -12,15 +12,26 @@ import os
 import sys
 from typing import Sequence
 
-from gruc.errors import GrucError
+from gruc import __version__
+from gruc.errors import GrucError, GrucOutOfMemory
+from gruc.text import plain
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (``gruc gru: error: ...``) and exit code 2."""
+    """argparse with one-line errors (``gruc gru: error: ...``) and exit code 2, and help in
+    plain text: descriptions and option help come from docstrings, whose reStructuredText
+    markup (````gruc gru````, ``:func:``) a terminal would show as it is."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def format_help(self) -> str:
+        return plain(super().format_help())
+
+
+OUT_OF_MEMORY = 3
+"""Exit code of a program refused because it does not fit (``--strict-memory``); 1 is a failed
+check against the reference, 2 bad input."""
 
 COMMANDS = {
     "gru": "build, run and check a GRU layer",
@@ -43,6 +54,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     a second, and ``gruc --help`` or ``gruc passes`` should not wait for the others'."""
     chosen = next((word for word in argv if not word.startswith("-")), None) if argv else None
     parser = OneLineParser(prog="gruc", description="Poplar-style graph compiler and simulated IPU.")
+    parser.add_argument("--version", action="version", version=f"gruc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name, summary in COMMANDS.items():
         command = commands.add_parser(name, help=summary)
@@ -102,9 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({str(error) or 'an allocation failed'}); choose a smaller configuration or a "
               "machine with more memory", file=sys.stderr)
         return 2
+    except GrucOutOfMemory as error:
+        # the layer does not fit and --strict-memory was asked: the memory report, then why
+        if error.details:
+            print("\n".join(error.details), flush=True)
+        print(f"gruc {args.command}: error: {_first_line(error)}", file=sys.stderr)
+        return OUT_OF_MEMORY
     except GrucError as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"gruc {args.command}: error: {message}", file=sys.stderr)
+        print(f"gruc {args.command}: error: {_first_line(error)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader (``| head``) left early: stop quietly, as Unix tools do
@@ -120,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         sys.stdout = stdout
+
+
+def _first_line(error: GrucError) -> str:
+    """What the one error line says: the message's first line, or the class's name."""
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _interrupted(who: str) -> int:

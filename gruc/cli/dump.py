@@ -15,12 +15,13 @@ from gruc.cli.opt import (FORMATS, add_pipeline_flags, apply_pipeline, format_mo
 from gruc.ir.module import Module
 from gruc.popnn.gru_layer import build_layer
 from gruc.runtime.viz import StatusLine
+from gruc.text import first_paragraph
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc dump``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
-    add_layer_flags(parser)
+    parser.description = first_paragraph(__doc__)
+    add_layer_flags(parser, runs=False)
     add_pipeline_flags(parser)
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text IR, JSON or DOT dataflow graph (default: text)")

@@ -17,17 +17,22 @@ import os
 import sys
 import tempfile
 
-from gruc.errors import GrucParseError, GrucValueError
+from gruc.errors import GrucError, GrucFileError, GrucParseError, GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
-from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
+from gruc.runtime.report import TEMPORARY_PREFIX, output_destination, write_text_atomically
 from gruc.runtime.viz import StatusLine, dataflow_dot
+from gruc.text import first_paragraph
 
 FORMATS = ("text", "json", "dot")
 STDIO = "-"
+
+MOST_MODULE_BYTES = 512 << 20
+"""The largest input read as a module: 2.4 times the largest gruc writes for a layer of a 4-IPU
+machine; ``gruc opt /dev/zero`` read on until an 8 GB memory limit stopped it."""
 
 
 def read_module(path: str) -> Module:
@@ -35,15 +40,7 @@ def read_module(path: str) -> Module:
     an object does: a truncated file is broken JSON, not bad text IR), else text IR.  Parse
     errors name the file and the line and column."""
     name = "<stdin>" if path == STDIO else path
-    try:
-        if path == STDIO:
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise GrucValueError(f"cannot read {name}: {getattr(error, 'strerror', None) or error}") \
-            from None
+    text = _read_text(path, name)
     try:
         try:
             data = json.loads(text)
@@ -59,6 +56,27 @@ def read_module(path: str) -> Module:
         return module_from_json(data)
     except GrucParseError as error:
         raise GrucParseError(f"{name}: {error}") from None
+
+
+def _read_text(path: str, name: str) -> str:
+    """The text of file ``path`` (``-``: stdin), at most :data:`MOST_MODULE_BYTES` of it: more is
+    refused after reading that much, not read on until memory runs out."""
+    try:
+        if path == STDIO:
+            data = getattr(sys.stdin, "buffer", sys.stdin).read(MOST_MODULE_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MOST_MODULE_BYTES + 1)
+    except OSError as error:
+        raise GrucFileError.about(name, "read", error) from None
+    if len(data) > MOST_MODULE_BYTES:
+        raise GrucValueError(f"{name} is larger than {MOST_MODULE_BYTES >> 20} MiB, the most gruc "
+                             "reads as a module (the JSON of a 4-IPU training layer, S=2000 and "
+                             "I=H=512, is 210 MB): is it the right file?")
+    try:
+        return data if isinstance(data, str) else data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GrucValueError(f"cannot read {name}: {error}") from None
 
 
 def format_module(module: Module, fmt: str) -> str:
@@ -79,7 +97,15 @@ def output_file(path: str) -> str:
         raise argparse.ArgumentTypeError("needs a file name (or - for stdout), got ''")
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{path!r} names a directory, not a file")
-    parent = os.path.dirname(path) or "."
+    try:
+        target, in_place = output_destination(path)
+    except GrucError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if in_place:  # a device or a FIFO, written as it is
+        if not os.access(target, os.W_OK):
+            raise argparse.ArgumentTypeError(f"cannot write {path!r}: permission denied")
+        return path
+    parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         reason = "is not a directory" if os.path.exists(parent) else "does not exist"
         raise argparse.ArgumentTypeError(f"cannot write {path!r}: {parent!r} {reason}")
@@ -126,10 +152,7 @@ def write_output(text: str, path: str | None) -> None:
             # at /dev/null so Python's final flush does not fail again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    try:
-        write_text_atomically(path, text)
-    except OSError as error:
-        raise GrucValueError(f"cannot write {path}: {error.strerror or error}") from None
+    write_text_atomically(path, text)
 
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +195,7 @@ def apply_pipeline(module: Module, args: argparse.Namespace) -> Module:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc opt``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     parser.add_argument("input", metavar="IN", nargs="?", default=STDIO,
                         help="text IR or JSON module; - for stdin (the default)")
     add_pipeline_flags(parser)

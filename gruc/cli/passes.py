@@ -9,16 +9,12 @@ import inspect
 import textwrap
 
 from gruc.passes import PASSES
+from gruc.text import first_paragraph
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc passes``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
     parser.set_defaults(run=run)
-
-
-def _paragraph(text: str | None) -> str:
-    """The first paragraph of a docstring, on one line."""
-    return " ".join((text or "").strip().split("\n\n")[0].split())
 
 
 def option_docs(cls: type) -> dict[str, str]:
@@ -33,13 +29,13 @@ def option_docs(cls: type) -> dict[str, str]:
         if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
                 and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)):
-            docs[field.target.id] = _paragraph(after.value.value)
+            docs[field.target.id] = first_paragraph(after.value.value)
     return docs
 
 
 def run(args: argparse.Namespace) -> int:
     for name, cls in sorted(PASSES.items()):
-        print(f"{name}: {_paragraph(cls.__doc__)}")
+        print(f"{name}: {first_paragraph(cls.__doc__)}")
         docs = option_docs(cls)
         for field in dataclasses.fields(cls):
             about = f"  {docs[field.name]}" if field.name in docs else ""

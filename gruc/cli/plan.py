@@ -23,10 +23,10 @@ from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_la
                        plot_metrics, plot_tile_heatmap, run_sweep)
 from gruc.plan.grid import TUPLE_FIELDS
 from gruc.plan.layer import PLAN_IGNORED
-from gruc.plan.plots import require_plotting
 from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
 from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.runtime.viz import require_matplotlib
 
 PLAN_FLAGS = [entry for entry in FLAGS if entry[1] not in PLAN_IGNORED]
 """``gruc gru``'s layer flags less those that only affect running or checking."""
@@ -37,7 +37,7 @@ TABLE_ROWS = 40
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc plan``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.replace("``", "'")
+    parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     for flag, field, _, text in PLAN_FLAGS:
         parser.add_argument(flag, dest=field, default=None, metavar="VALUES",
@@ -197,7 +197,7 @@ def _study(args: argparse.Namespace) -> int:
     _check_search_flags(args)
     _check_heatmap(args, spec)
     if args.plots:
-        require_plotting()
+        require_matplotlib("--plots")
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)
     try:
@@ -208,6 +208,9 @@ def _study(args: argparse.Namespace) -> int:
         executor.close()
     if len(result.rows) <= TABLE_ROWS:
         _print_table(result.rows, spec.parameters)
+    else:
+        print(f"table             not printed for {len(result.rows)} rows (more than "
+              f"{TABLE_ROWS}): see {result.store.csv_path}")
     short = sum(map(short_of_host_memory, result.errors))
     print(f"configurations    {len(result.rows)}: {result.computed} planned now, "
           f"{result.skipped} already in {out}, {len(result.errors) - short} refused"

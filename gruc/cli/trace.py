@@ -11,18 +11,21 @@ import argparse
 import json
 import sys
 
-from gruc.cli.gru import add_layer_flags, config_from
+from gruc.cli.gru import add_layer_flags, add_strict_memory_flag, config_from
 from gruc.cli.opt import STDIO, output_file, write_output
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
+from gruc.text import plural
+from gruc.text import first_paragraph
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc trace``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     add_layer_flags(parser)
     parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")
+    add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -34,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         status.show("building the layer ...")
         layer = build_layer(config)
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer)
+        result = run_layer(config, layer, strict_memory=args.strict_memory)
     trace = result.engine.chrome_trace()
     text = json.dumps(trace)
     write_output(text, args.output)
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stderr if args.output == STDIO else sys.stdout
     print(f"trace             {args.output}: {len(trace['traceEvents'])} events, "
           f"{len(text) / 1024:.1f} KiB, {trace['otherData']['cycles']} cycles, "
-          f"{trace['otherData']['tiles_per_track']} tile(s) per track", file=out)
+          f"{plural(trace['otherData']['tiles_per_track'], 'tile')} per track", file=out)
     if not result.checked:
         print("check             none: nothing read back (--ignore-data)", file=out)
         return 0

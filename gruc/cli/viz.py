@@ -15,23 +15,33 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gruc.cli.gru import FLAGS, add_layer_flags, compiled_only, config_from
+from gruc.cli.gru import (FLAGS, add_layer_flags, add_strict_memory_flag, compiled_only,
+                          config_from)
 from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
+from gruc.ir.program import fewest_executions
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
-from gruc.runtime.viz import StatusLine, dataflow_dot, html_report
+from gruc.runtime.viz import StatusLine, dataflow_dot, html_report, require_matplotlib
+from gruc.text import first_paragraph
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
+
+MOST_STEPS_RUN = 100_000_000
+"""The most steps ``--input`` runs a saved module for: the numba engine takes at least 2 us a
+step, so a run past this takes minutes to years (``repeat 4294967295``: three months) and is
+refused before it starts."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc viz``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = __doc__.splitlines()[0]
+    parser.description = first_paragraph(__doc__)
     add_layer_flags(parser)
     parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
-                        "stdin) instead of the GRU layer; only --backend may go with it")
+                        "stdin) instead of the GRU layer; of the layer flags only --backend may "
+                        "go with it (as may --format, --pipeline, --compile-only, "
+                        "--strict-memory and -o)")
     parser.add_argument("--format", choices=("html", "dot"), default="html",
                         help="html report or DOT dataflow graph (default: html)")
     parser.add_argument("--pipeline", metavar="PIPELINE",
@@ -43,6 +53,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
                         help="output file, - for stdout (default: report.html for html, stdout "
                              "for dot)")
+    add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -57,14 +68,22 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
                  f"I={config.input_size} H={config.output_size} {config.data_type}")
         if args.compile_only:
             status.show("compiling ...")
-            return title, compiled_only(config, layer, args.pipeline), True
+            return title, compiled_only(config, layer, args.pipeline, args.strict_memory), True
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer, args.pipeline)
+        result = run_layer(config, layer, args.pipeline, args.strict_memory)
         return title, result.engine, result.passed
     status.show(f"reading {args.input} ...")
     module = read_module(args.input)
+    if module.programs and not args.compile_only:
+        steps = fewest_executions(module.programs[0])
+        if steps > MOST_STEPS_RUN:
+            raise GrucValueError(f"{args.input}: program 0 runs at least {steps:,} steps (its "
+                                 f"loops' counts multiply), more than a simulated run can "
+                                 f"finish ({MOST_STEPS_RUN:,}); --compile-only reports on it "
+                                 "without running")
     status.show("compiling ...")
-    engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline)
+    engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline,
+                    strict_memory=args.strict_memory)
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
@@ -79,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None and given:
         raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
     output = args.output or DEFAULT_OUTPUT[args.format]
+    if args.format == "html":
+        require_matplotlib("the HTML report")
     if args.format == "dot":
         if args.input is not None:
             module = read_module(args.input)
@@ -86,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             layer = build_layer(config_from(args))
             module = Module(layer.graph, layer.programs)
         compiled = compile_program(module.graph, module.programs, pipeline=args.pipeline,
-                                   costs=False)
+                                   strict_memory=args.strict_memory, costs=False)
         write_output(dataflow_dot(compiled.module), output)
         return 0
     with StatusLine() as status:

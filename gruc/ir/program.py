@@ -230,3 +230,33 @@ class PrintTensor(Program):
 @dataclass(frozen=True, eq=False)
 class Sync(Program):
     """An explicit BSP synchronisation (costs sync cycles, changes no data)."""
+
+
+def fewest_executions(program: Program) -> int:
+    """The fewest steps (``Execute``, ``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``) any run
+    of ``program`` executes, whatever its data: ``Repeat`` counts multiply, an ``If`` takes its
+    cheaper branch, a ``RepeatWhileTrue`` checks its condition once and may never run its body,
+    a ``Call`` runs its function's program.
+
+    Why: a loop stays one node whatever its count, so a small module can ask for a run no
+    simulation finishes (``repeat 4294967295``: months); this says so before running, in
+    Python integers, exact however large the counts."""
+    functions: dict[int, int] = {}
+
+    def fewest(node: Program) -> int:
+        if isinstance(node, Sequence):
+            return sum(fewest(child) for child in node.programs)
+        if isinstance(node, Repeat):
+            return node.count * fewest(node.body)
+        if isinstance(node, RepeatWhileTrue):
+            return fewest(node.condition)
+        if isinstance(node, If):
+            return min(fewest(node.then), fewest(node.otherwise))
+        if isinstance(node, Call):
+            key = id(node.function)
+            if key not in functions:
+                functions[key] = fewest(node.function.program)
+            return functions[key]
+        return 1
+
+    return fewest(program)

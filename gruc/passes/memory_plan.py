@@ -20,6 +20,7 @@ from gruc.ir.tensor import Tensor
 from gruc.passes.addresses import fill_addresses, row_moves
 from gruc.passes.liveness import Liveness
 from gruc.passes.row_runs import ColumnRowRuns, RowRuns
+from gruc.text import plural
 
 __all__ = ["MemoryPlan", "TileOverflow"]
 
@@ -324,6 +325,6 @@ class MemoryPlan:
                  f"max/tile {int(self.not_always_live_bytes.max(initial=0))}",
                  f"  total incl. gaps      max/tile {self.max_total_bytes} of {self.capacity}"]
         if self.tiles_over_capacity:
-            lines.append(f"  {len(self.tiles_over_capacity)} tile(s) over capacity, e.g. "
+            lines.append(f"  {plural(len(self.tiles_over_capacity), 'tile')} over capacity, e.g. "
                          f"{self.tiles_over_capacity[0]}")
         return "\n".join(lines)

@@ -55,6 +55,7 @@ from gruc.ir.program import Execute
 from gruc.passes.addresses import count_runs, repeats_rows, tile_runs
 from gruc.passes.liveness import Liveness, analyse_liveness
 from gruc.passes.memory_plan import MemoryPlan, TileOverflow
+from gruc.text import plural
 
 __all__ = ["MemoryPlan", "TileOverflow", "PlanMemory", "plan_memory"]
 
@@ -318,7 +319,8 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
         worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
         others = len(overflows) - 1
         raise GrucOutOfMemory(f"out of memory: {worst}"
-                              + (f"; {others} other tile(s) do not fit either" if others else ""))
+                              + (f"; {plural(others, 'other tile')} over capacity too"
+                                 if others else ""))
     return plan
 
 

@@ -96,9 +96,14 @@ def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> Tim
     (counter,) = offsets
     rows: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
     for cs in dynamic:
+        others = sorted({v.kind.name for v in cs.vertices} - set(_DYNAMIC))
+        expect(not others, GrucProgramError,
+               f"compute set {cs.name!r} holds {', '.join(others)} vertices beside the time "
+               "loop's row slices; only compute sets of DynamicSlice / DynamicUpdate vertices "
+               "can be cut by time step")
         for v in cs.vertices:
             base, window = v.fields["base"], v.fields.get("out", v.fields.get("update"))
-            expect(v.kind.name in _DYNAMIC and v.fields["offset"].num_elements == 1
+            expect(v.fields["offset"].num_elements == 1
                    and base.rank == 2 and base.dim(0) == loop.count and window.dim(0) == 1,
                    GrucProgramError, f"compute set {cs.name!r} is not one-row slices of "
                                      f"{loop.count}-row bases at one counter")

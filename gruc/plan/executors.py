@@ -12,9 +12,10 @@ a picklable top-level function (or a ``functools.partial`` of one) and ``items``
 
 Worker processes call :func:`worker_environment` before any work: one numba thread (a pool of N
 processes each starting a thread per core oversubscribes the machine; Dask does not limit numba's
-threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR``, since numba's on-disk cache is not
-safe to write from several processes at once.  Plan-only work compiles no kernels at all, so this
-only guards whatever a task might compile.
+threads) and their own ``GRUC_CACHE_DIR`` / ``NUMBA_CACHE_DIR`` (private directories under the
+user's gruc cache, :data:`WORKERS_DIRECTORY`), since numba's on-disk cache is not safe to write
+from several processes at once.  Plan-only work compiles no kernels at all, so this only guards
+whatever a task might compile.
 """
 
 from __future__ import annotations
@@ -22,24 +23,32 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 from gruc.errors import GrucValueError
+from gruc.runtime.caches import cache_root, private_directory
 
 Result = tuple[int, Any]
 
+WORKERS_DIRECTORY = "plan-workers"
+"""The directory of the gruc cache that holds each worker's own caches (``worker-<pid>``)."""
+
 
 def worker_environment() -> None:
-    """Give this worker process one numba thread and caches of its own (idempotent)."""
-    own = os.path.join(tempfile.gettempdir(), "gruc-plan-workers", f"worker-{os.getpid()}")
-    if os.environ.get("GRUC_CACHE_DIR") == own:
+    """Give this worker process one numba thread and caches of its own (idempotent): private
+    directories under the user's gruc cache (:func:`~gruc.runtime.caches.private_directory`),
+    since kernels are imported from them."""
+    name = f"worker-{os.getpid()}"
+    current = cache_root()
+    if current.name == name and current.parent.name == WORKERS_DIRECTORY:
         return
-    os.environ.update(NUMBA_NUM_THREADS="1", GRUC_CACHE_DIR=own,
-                      NUMBA_CACHE_DIR=os.path.join(own, "numba"))
+    own = private_directory(private_directory(current / WORKERS_DIRECTORY) / name)
+    os.environ.update(NUMBA_NUM_THREADS="1", GRUC_CACHE_DIR=str(own),
+                      NUMBA_CACHE_DIR=str(own / "numba"))
     from numba.core import config  # numba re-reads its environment before each compilation
 
     config.reload_config()
@@ -52,6 +61,27 @@ def _pool_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker_environment()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+@contextmanager
+def _workers_start_deaf_to_ctrl_c() -> Iterator[None]:
+    """Ignore SIGINT while a worker process may be started, so it starts ignoring it too.
+
+    Why: a terminal's Ctrl-C goes to the whole process group, and a spawned worker spends its
+    first second importing gruc, before :func:`_pool_worker` can ignore SIGINT: each worker then
+    printed a KeyboardInterrupt traceback under the parent's one line.  An ignored signal stays
+    ignored across ``exec`` and Python leaves it so, whereas a blocked one does not survive
+    the spawn.  The parent ignores Ctrl-C only while it starts its workers (milliseconds, once
+    per pool: a Ctrl-C in them is lost, and a second one stops the sweep); only the main thread
+    may change signal handlers, and elsewhere nothing is changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -90,21 +120,21 @@ class ProcessExecutor:
         cancelled."""
         if not items:
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=min(self.jobs, len(items)),
-                mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker,
-                initargs=(os.getpid(),))
-        # at most two tasks in flight per worker, so an interrupted sweep leaves little queued
         pending: dict = {}
         todo = iter(enumerate(items))
         try:
+            if self._pool is None:
+                private_directory(cache_root() / WORKERS_DIRECTORY)  # refused here, in one line
+                self._pool = ProcessPoolExecutor(
+                    max_workers=min(self.jobs, len(items)),
+                    mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker,
+                    initargs=(os.getpid(),))
+                # the pool starts a worker on each submit while none is idle: these first
+                # submits, made before any worker has even started, start them all
+                with _workers_start_deaf_to_ctrl_c():
+                    self._fill(fn, pending, todo)
             while True:
-                while len(pending) < 2 * self.jobs:
-                    nxt = next(todo, None)
-                    if nxt is None:
-                        break
-                    pending[self._pool.submit(fn, nxt[1])] = nxt[0]
+                self._fill(fn, pending, todo)
                 if not pending:
                     return
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -113,6 +143,15 @@ class ProcessExecutor:
         finally:
             for future in pending:
                 future.cancel()
+
+    def _fill(self, fn: Callable[[Any], Any], pending: dict, todo: Iterator) -> None:
+        """Submit tasks until two per worker are in flight (an interrupted sweep then leaves
+        little queued) or none is left; ``pending`` maps each future to its item's index."""
+        while len(pending) < 2 * self.jobs:
+            nxt = next(todo, None)
+            if nxt is None:
+                return
+            pending[self._pool.submit(fn, nxt[1])] = nxt[0]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -134,7 +173,7 @@ class DaskExecutor:
         else:
             try:
                 self.client = Client(address_or_client, timeout=10)
-            except OSError as error:
+            except (OSError, ValueError, TypeError) as error:  # ValueError: an unknown scheme
                 raise GrucValueError(f"cannot reach the Dask scheduler at "
                                      f"{address_or_client!r}: {error}") from None
             self._own = True

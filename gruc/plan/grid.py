@@ -100,8 +100,8 @@ class SweepSpec(GrucModel):
 
 
 def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
-    """The values of ``START:STOP[:STEP]``, STOP included when the steps reach it (a small tolerance
-    absorbs float error).  Float values are rounded to 12 decimals so ``0.1:0.3:0.1`` gives 0.3, not
+    """The values of ``START:STOP[:STEP]``, STOP included when the steps reach it (counted in
+    integers for an integer flag; for a float one a small tolerance absorbs float error).  Float values are rounded to 12 decimals so ``0.1:0.3:0.1`` gives 0.3, not
     0.30000000000000004."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(p.strip() for p in parts):
@@ -118,7 +118,10 @@ def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:
         raise GrucValueError(f"{flag} range {text!r} needs finite bounds and step")
     if step == 0:
         raise GrucValueError(f"{flag} range {text!r} has step 0")
-    count = math.floor((stop - start) / step + 1e-9) + 1
+    if convert is int:  # exact: a float quotient miscounts past 2^53
+        count = (stop - start) // step + 1
+    else:
+        count = math.floor((stop - start) / step + 1e-9) + 1
     if count < 1:
         raise GrucValueError(f"{flag} range {text!r} is empty (STOP is behind START for STEP "
                              f"{step})")

@@ -33,7 +33,7 @@ from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.steps import Step
 from gruc.passes.pipeline import format_pipeline, parse_pipeline
 from gruc.passes.shard import Shard, shard_count
-from gruc.plan.rows import HOST_MEMORY_ERROR
+from gruc.plan.rows import HOST_MEMORY_ERROR, short_text
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
@@ -62,6 +62,10 @@ and ``total_capacity`` are the target's memory (per tile, all tiles), not what t
 ``total_memory`` is Poplar's (always-live plus each tile's not-always-live peak), split by
 category in the ``memory_*`` columns; ``*_seconds`` are host times."""
 
+NUMBER_COLUMNS = tuple(c for c in ROW_COLUMNS if c not in (
+    "config", "pipeline", "target", "first_overflow_tensors", "gruc_version", "error"))
+"""Columns that hold a number (or a yes / no), or None where the configuration was refused."""
+
 TIMING_COLUMNS = ("build_seconds", "compile_seconds")
 """Columns that vary from one computation of a row to the next."""
 
@@ -80,6 +84,37 @@ def config_key(config: GruLayerConfig, pipeline: str | None = None) -> str:
     flags = {k: v for k, v in config.model_dump(mode="json").items() if k not in PLAN_IGNORED}
     flags["pipeline"] = effective_pipeline(pipeline)
     return json.dumps(flags, sort_keys=True, separators=(",", ":"))
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why ``row``, read back from a study's ``rows.json``, is not a row of this gruc's sweeps
+    (None when it is): a missing column, a config that is not a configuration of the layer
+    flags this gruc has (another program's, or a gruc with other flags), a number column
+    holding something else.  A sweep keeps other grids' rows and prints, plots and aligns
+    them, so each must be whole (:class:`~gruc.plan.rows.RowStore` refuses the file)."""
+    try:
+        flags = json.loads(row["config"])
+    except (ValueError, RecursionError):
+        flags = None
+    if not isinstance(flags, dict):
+        return f"its config {short_text(row['config'])} is not a JSON object of layer flags"
+    missing = [column for column in ROW_COLUMNS if column not in row]
+    if missing:
+        return f"it lacks the column {missing[0]!r}"
+    known = {*GruLayerConfig.model_fields, "pipeline"} - set(PLAN_IGNORED)
+    if set(flags) != known:
+        unknown, lacking = sorted(set(flags) - known), sorted(known - set(flags))
+        return (f"its config names flags this gruc does not have: {', '.join(map(repr, unknown))}"
+                if unknown else f"its config lacks the flags {', '.join(map(repr, lacking))}")
+    try:
+        GruLayerConfig(**{k: v for k, v in flags.items() if k != "pipeline"})
+    except GrucError as error:
+        return f"its config is no layer: {error}"
+    for column in NUMBER_COLUMNS:
+        value = row[column]
+        if value is not None and not isinstance(value, (int, float)):
+            return f"{column} {short_text(value)} is not a number"
+    return None
 
 
 def run_lengths(config: GruLayerConfig) -> np.ndarray | None:

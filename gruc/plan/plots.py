@@ -13,7 +13,6 @@ through ``pyplot``, so plotting never changes a caller's matplotlib backend or g
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 from pathlib import Path
@@ -24,6 +23,8 @@ import numpy as np
 from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
+from gruc.runtime.viz import require_matplotlib
+from gruc.text import plural
 
 PANELS = (
     ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
@@ -37,20 +38,10 @@ PANELS = (
 """(metric, axis label, capacity column, capacity label) of each panel."""
 
 
-def require_plotting() -> None:
-    """A GrucValueError naming the extra to install unless matplotlib imports: what a study asking
-    for plots checks before its sweep, not after it."""
-    try:
-        importlib.import_module("matplotlib")
-    except ImportError:
-        raise GrucValueError("plots need matplotlib, which the plain install leaves out: "
-                             "pip install 'gruc[viz]'") from None
-
-
 def _figure(width: float, height: float):
     """A matplotlib Figure on the Agg canvas, made without pyplot (no GUI backend, no global figure
-    state to close); matplotlib missing is a GrucValueError naming the extra to install."""
-    require_plotting()
+    state to close); matplotlib missing is a GrucValueError saying what to install."""
+    require_matplotlib("plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -162,11 +153,11 @@ def plot_tile_heatmap(plan: LayerPlan, path: str | os.PathLike) -> Path:
     if over:
         columns = grid.shape[1]
         ax.scatter([t % columns for t in over], [t // columns for t in over], marker="x",
-                   color="red", label=f"{len(over)} tiles over capacity")
+                   color="red", label=f"{plural(len(over), 'tile')} over capacity")
         ax.legend(loc="upper right")
     config = plan.config
     ax.set_title(f"S={config.sequence_size} B={config.batch_size} I={config.input_size} "
-                 f"H={config.output_size} {config.data_type}, {plan.layer.num_shards} shard(s) on "
+                 f"H={config.output_size} {config.data_type}, {plural(plan.layer.num_shards, 'shard')} on "
                  f"{target.describe()}\nmax tile {report.max_tile_bytes} B of "
                  f"{target.bytes_per_tile} B", fontsize="medium")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -26,9 +26,9 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from gruc.errors import GrucValueError
+from gruc.errors import GrucFileError, GrucValueError
 from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
 
 JSON_NAME = "rows.json"
@@ -58,10 +58,58 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-class RowStore:
-    """The rows of one output directory, loaded from ``rows.json`` if a previous run left one."""
+RowCheck = Callable[[dict[str, Any]], str | None]
+"""Why a row read back cannot be used (None: it can): the sweep's own rules for its rows."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+
+def read_rows(path: Path, check_row: RowCheck | None = None) -> list[dict[str, Any]]:
+    """The rows of ``path``.  Anything but a JSON list of rows, each with a ``config`` text
+    (and passing ``check_row``), is refused naming the file and the first bad row — before any
+    planning: a row that failed only when the files were rewritten, after planning, lost the
+    new rows, and a traceback left the user guessing which file to fix."""
+    def refused(why: str) -> GrucValueError:
+        return GrucValueError(f"{path} is not a rows file this gruc wrote: {why}; move it away "
+                              "or choose another --out")
+
+    try:
+        loaded = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise GrucFileError.about(path, "read", error) from None
+    except UnicodeDecodeError:
+        raise refused("it is not UTF-8 text") from None
+    except RecursionError:
+        raise refused("it is nested too deeply") from None
+    except ValueError as error:  # broken JSON, or an integer past Python's digit limit
+        raise refused(str(error).split(";")[0]) from None
+    if not isinstance(loaded, list):
+        raise refused("it is not a JSON list of rows")
+    first: dict[str, int] = {}
+    for index, row in enumerate(loaded):
+        if not isinstance(row, dict) or "config" not in row:
+            raise refused(f"row {index} is not an object with a 'config' key")
+        if not isinstance(row["config"], str):
+            raise refused(f"row {index}'s 'config' is {short_text(row['config'])}, not text")
+        if row["config"] in first:
+            raise refused(f"two rows for one configuration (rows {first[row['config']]} and "
+                          f"{index})")
+        first[row["config"]] = index
+        problem = check_row(row) if check_row else None
+        if problem:
+            raise refused(f"row {index}: {problem}")
+    return loaded
+
+
+def short_text(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a message names a bad value, however long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class RowStore:
+    """The rows of one output directory, loaded from ``rows.json`` if a previous run left one
+    (each checked by ``check_row``, a sweep's rules for its rows: see :func:`read_rows`)."""
+
+    def __init__(self, directory: str | os.PathLike, check_row: RowCheck | None = None) -> None:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise GrucValueError(f"output directory {str(self.directory)!r} is a file")
@@ -70,17 +118,12 @@ class RowStore:
         self.rows: list[dict[str, Any]] = []
         self._parameters: dict[str, None] = {}  # the swept flags of every grid that wrote here
         self._by_key: dict[str, dict[str, Any]] = {}
-        path = self.json_path
-        if path.exists():
+        if self.json_path.exists():
             try:
-                loaded = json.loads(path.read_text())
-            except json.JSONDecodeError as error:
-                raise GrucValueError(f"{path} is not a rows file gruc wrote ({error}); move it "
-                                     "away or choose another --out") from None
-            if not isinstance(loaded, list) or not all(isinstance(r, dict) and "config" in r
-                                                       for r in loaded):
-                raise GrucValueError(f"{path} is not a rows file gruc wrote (a JSON list of rows "
-                                     "with a 'config' key); move it away or choose another --out")
+                loaded = read_rows(self.json_path, check_row)
+            except BaseException:
+                self._lock.close()  # refused: the directory is free for the next try
+                raise
             for row in loaded:
                 if not short_of_host_memory(row):
                     self._remember(row)

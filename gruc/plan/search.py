@@ -35,10 +35,11 @@ from typing import Any, Callable
 from gruc.errors import GrucValueError
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
-from gruc.plan.layer import config_key, plan_row
+from gruc.plan.layer import config_key, plan_row, row_problem
 from gruc.plan.rows import RowStore
 from gruc.plan.sweep import Progress
 from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.text import plural
 
 SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",
               "tiles_per_ipu", "ipus")
@@ -93,7 +94,7 @@ class FindMaxResult:
         return (f"{head}; {at}: tile {failing['first_overflow_tile']} needs "
                 f"{failing['first_overflow_bytes']} B of {failing['bytes_per_tile']} B (largest "
                 f"tensors there: {failing['first_overflow_tensors']}); "
-                f"{failing['tiles_over_capacity']} tiles over capacity")
+                f"{plural(failing['tiles_over_capacity'], 'tile')} over capacity")
 
 
 def _fits(row: dict[str, Any]) -> bool:
@@ -224,7 +225,7 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     points = _points(spec, flag, start)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
                                swept=(*spec.parameters, flag), pipeline=spec.pipeline)
-    with RowStore(out) as store:  # closing writes the files: in step even when interrupted
+    with RowStore(out, check_row=row_problem) as store:  # closing writes the files: in step even when interrupted
         known = _known_rows(store, flag)
         items = [{"config": config.model_dump(),
                   "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
-from gruc.plan.layer import config_key, plan_row
+from gruc.plan.layer import config_key, plan_row, row_problem
 from gruc.plan.rows import RowStore
 from gruc.popnn.gru_layer import GruLayerConfig
 
@@ -94,7 +94,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     start = time.perf_counter()
     configs = spec.configs()
     keys = [config_key(c, spec.pipeline) for c in configs]
-    with RowStore(out) as store:  # closing writes the files: in step even when interrupted
+    with RowStore(out, check_row=row_problem) as store:  # closing writes the files: in step even when interrupted
         store.declare_parameters(spec.parameters)  # rows other grids left get these columns
         first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeat runs once
         todo = [k for key, k in sorted(first.items(), key=lambda item: item[1])

@@ -52,7 +52,7 @@ __all__ = [
     "forward", "backward", "weight_update", "train_step",
     "activation_forward", "activation_backward", "intermediate_names",
     "normalize_cell_order", "normalize_activation", "normalize_lengths",
-    "check_is_close", "default_tolerances", "random_inputs",
+    "check_is_close", "close_elements", "default_tolerances", "random_inputs",
 ]
 
 # ------------------------------------------------------------------------------------------------
@@ -623,6 +623,27 @@ def default_tolerances(dtype_name: Any) -> tuple[float, float]:
     return _TOLERANCES[_DTYPE_ALIASES[name]]
 
 
+def close_elements(actual, expected, rel_tol: float, abs_tol: float, *,
+                   name: str = "value") -> np.ndarray:
+    """Which elements pass poplibs' ``checkIsClose`` (the rules :func:`check_is_close` lists),
+    as a boolean array of their shape."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        raise GrucShapeError(f"check_is_close: {name} actual shape {list(a.shape)} differs from "
+                             f"expected shape {list(e.shape)}")
+    if not (rel_tol >= 0 and abs_tol >= 0):
+        raise GrucValueError(f"tolerances must be >= 0; got rel_tol={rel_tol!r}, abs_tol={abs_tol!r}")
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - e)
+        finite = np.isfinite(a) & np.isfinite(e)
+        ok = (a == e) | (np.isnan(a) & np.isnan(e))
+        ok |= finite & (np.abs(a) < rel_tol) & (np.abs(e) < rel_tol)
+        ok |= finite & (diff <= rel_tol * np.abs(a)) & (diff <= rel_tol * np.abs(e))
+        ok |= finite & (diff <= abs_tol)
+    return ok
+
+
 def check_is_close(actual, expected, rel_tol: float, abs_tol: float, *,
                    name: str = "value", max_reported: int = 20) -> tuple[bool, list[str]]:
     """poplibs' ``checkIsClose``: compare element-wise, return ``(ok, first mismatches)``.
@@ -640,20 +661,9 @@ def check_is_close(actual, expected, rel_tol: float, abs_tol: float, *,
     A NaN on one side only, or unequal infinities, always fail.  The list holds one line per
     failing element for the first ``max_reported`` (20, as poplibs prints) of them, in C order.
     """
+    ok = close_elements(actual, expected, rel_tol, abs_tol, name=name)
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
-    if a.shape != e.shape:
-        raise GrucShapeError(f"check_is_close: {name} actual shape {list(a.shape)} differs from "
-                             f"expected shape {list(e.shape)}")
-    if not (rel_tol >= 0 and abs_tol >= 0):
-        raise GrucValueError(f"tolerances must be >= 0; got rel_tol={rel_tol!r}, abs_tol={abs_tol!r}")
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - e)
-        finite = np.isfinite(a) & np.isfinite(e)
-        ok = (a == e) | (np.isnan(a) & np.isnan(e))
-        ok |= finite & (np.abs(a) < rel_tol) & (np.abs(e) < rel_tol)
-        ok |= finite & (diff <= rel_tol * np.abs(a)) & (diff <= rel_tol * np.abs(e))
-        ok |= finite & (diff <= abs_tol)
     bad = np.argwhere(np.atleast_1d(~ok))
     lines = []
     for index in bad[:max_reported]:

@@ -8,9 +8,9 @@ arithmetic: on an Intel VM (AVX-512) numpy's OpenBLAS took 420 us for a 32x512 b
 product (120 GFLOP/s, half its peak).  MKL's packed interface packs the weights once and
 multiplies from the packed copy (210 us); its plain ``sgemm`` is also faster on thin products
 (320 us).  So on Intel's processors the engine's products go to MKL when the ``mkl`` wheel is
-importable (it is a dependency on x86-64 Linux), and to ``numpy.matmul`` everywhere else — the
-same sums in another order, so results differ from one library to the other in the last bits, as
-they do between BLAS builds.
+importable (the ``mkl`` extra, ``pip install 'gruc[mkl]'``, on x86-64 Linux), and to
+``numpy.matmul`` everywhere else — the same sums in another order, so results differ from one
+library to the other in the last bits, as they do between BLAS builds.
 
 Every product must have the same bits whenever it is taken — a layer split into time shards
 must give the unsplit layer's results bit for bit (the ``shard`` pass's promise).  MKL is put in its strict
@@ -95,7 +95,7 @@ def _process_maps() -> str:
     try:
         with open("/proc/self/maps") as maps:
             return maps.read()
-    except OSError:  # not Linux: the mkl wheel is a dependency on Linux only
+    except OSError:  # not Linux: the mkl wheel is for Linux only
         return ""
 
 
@@ -162,7 +162,8 @@ def library_name() -> str:
         return "mkl"
     if choice == "mkl":
         raise GrucValueError("GRUC_BLAS='mkl' but Intel MKL is not installed or does not load "
-                             "here (pip install mkl, on x86-64); allowed here: auto, numpy")
+                             "here (pip install 'gruc[mkl]', on x86-64 Linux); allowed here: "
+                             "auto, numpy")
     return "numpy"
 
 

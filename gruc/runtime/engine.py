@@ -37,9 +37,10 @@ from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.footprint import MEMORY_MODELS, Footprint, memory_footprint
 from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
-from gruc.runtime.report import Report
+from gruc.runtime.report import Report, memory_lines, overflow_lines
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
 from gruc.runtime.verify_memory import verify_memory
+from gruc.text import plural
 
 BACKENDS = ("numba", "numpy")
 
@@ -100,12 +101,15 @@ def compile_program(graph: Graph, programs: Sequence[Program] | Program, *,
 
 
 def check_fits(footprint: Footprint) -> None:
-    """Raise :class:`GrucOutOfMemory` naming the worst tile if some tile does not fit."""
+    """Raise :class:`GrucOutOfMemory` naming the worst tile, with the memory report, if some tile
+    does not fit."""
     if footprint.fits:
         return
     overflows = footprint.tiles_over_capacity
     worst = max(overflows, key=lambda o: (o.bytes, -o.tile))
-    raise GrucOutOfMemory(f"out of memory: {worst}; {len(overflows)} tile(s) over capacity in all")
+    raise GrucOutOfMemory(f"out of memory: {worst}; {plural(len(overflows), 'tile')} over "
+                          "capacity in all",
+                          (*memory_lines(footprint.target, footprint), *overflow_lines(footprint)))
 
 
 def check_engine_args(graph: Graph, programs: Sequence[Program] | Program, pipeline: object,

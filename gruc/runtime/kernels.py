@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
 from dataclasses import dataclass
 from functools import partial
@@ -30,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from gruc.runtime import fastmath
+from gruc.runtime.caches import cache_root
 from gruc.runtime.interp import PrepareExecutable, PrepareVertex
 
 
@@ -76,8 +76,7 @@ def numba_executable_hook(fn: PrepareExecutable) -> PrepareExecutable:
 
 def cache_directory() -> Path:
     """Where generated kernel sources (and numba's compiled code beside them) live."""
-    root = os.environ.get("GRUC_CACHE_DIR") or os.path.join(Path.home(), ".cache", "gruc")
-    return Path(root) / "kernels"
+    return cache_root() / "kernels"
 
 
 _LOADED: dict[str, Callable] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -22,12 +23,13 @@ from typing import IO, Any, Iterator, TextIO
 
 import numpy as np
 
-from gruc.errors import GrucValueError
+from gruc.errors import GrucError, GrucFileError, GrucValueError
 from gruc.passes.steps import Step
 from gruc.passes.plan_memory import TileOverflow
 from gruc.runtime.cost import StepCost
 from gruc.runtime.footprint import Footprint
 from gruc.target import Target
+from gruc.text import plural
 
 
 @dataclass(frozen=True)
@@ -57,28 +59,63 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     error the temporary file is removed and ``path`` is left as it was.  The file gets the
     permissions ``open`` would have given it (those of the file it replaces, else the umask's),
     not the owner-only ones of a temporary file.
+
+    What ``path`` names decides how (:func:`output_destination`): a symlink is followed, so its
+    target gets the content and the link stays; a device or a FIFO is opened and written in
+    place, as a shell's ``>`` does (replacing ``/dev/null`` or a pipe a reader waits on by a
+    regular file would send nothing where the user pointed).  The directory must exist: none is
+    made that the caller did not ask for.  A write that cannot be made (a read-only directory, a
+    full disk) raises :class:`~gruc.errors.GrucFileError` naming ``path``.
     """
     if mode not in ("w", "wb"):
         raise GrucValueError(f"atomic_file mode {mode!r} is not supported; allowed: 'w', 'wb'")
+    # text is UTF-8, a lone surrogate (a name a program built) written escaped
+    text_mode = {"encoding": "utf-8", "errors": "backslashreplace"} if mode == "w" else {}
+    try:
+        target, in_place = output_destination(path)
+        if in_place:
+            with open(target, mode, **text_mode) as handle:
+                yield handle
+            return
+        directory = os.path.dirname(target)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
+                                   suffix="-" + os.path.basename(target))
+        try:
+            with os.fdopen(fd, mode, **text_mode) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, _permissions(target))
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_directory(directory)
+    except GrucError:
+        raise
+    except OSError as error:
+        raise GrucFileError.about(path, "write", error) from None
+
+
+def output_destination(path: str | os.PathLike) -> tuple[str, bool]:
+    """Where writing ``path`` puts the bytes, and whether in place: ``(file, False)`` for a
+    regular file or a new one (replaced atomically: ``file`` is ``path`` with symlinks
+    resolved, so a link keeps pointing where it did), ``(file, True)`` for a character or
+    block device or a FIFO (opened and written as it is).  A directory or a socket is refused,
+    naming ``path``."""
     if os.path.isdir(path) or str(path).endswith(("/", os.sep)):
         raise GrucValueError(f"cannot write {str(path)!r}: it names a directory, not a file")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX,
-                               suffix="-" + os.path.basename(path))
-    try:
-        text_mode = {"encoding": "utf-8", "errors": "backslashreplace"}  # a lone surrogate in a
-        with os.fdopen(fd, mode, **(text_mode if mode == "w" else {})) as handle:  # name: escaped
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _permissions(path))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
+    try:  # the kernel follows the links, /proc's (``/dev/stdout``, ``>(...)``) included
+        kind = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a new file (or a bad directory: the
+        return os.path.realpath(path), False            # write names it)
+    if stat.S_ISSOCK(kind):
+        raise GrucFileError(f"cannot write {os.fspath(path)}: it is a socket; gruc writes "
+                            "regular files, devices and FIFOs")
+    if stat.S_ISREG(kind):
+        return os.path.realpath(path), False
+    return os.fspath(path), True
 
 
 TEMPORARY_PREFIX = ".tmp-"
@@ -127,6 +164,52 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` so a reader sees the old file or the new one, never a torn one."""
     with atomic_file(path, "w") as handle:
         handle.write(text)
+
+
+def memory_lines(target: Target, footprint: Footprint) -> list[str]:
+    """The memory part of a report's summary: whether the layer fits, how full the fullest tile
+    is, and the bytes by category — all a compile refused as out of memory can show."""
+    over = len(footprint.tiles_over_capacity)
+    fullest = footprint.max_tile_bytes
+    always, peak = footprint.always_live_bytes, footprint.not_always_live_peak
+    return [
+        f"target            {target.describe()}",
+        f"fits              {'yes' if footprint.fits else 'NO'}"
+        + ("" if footprint.fits else f" ({plural(over, 'tile')} over capacity)"),
+        f"tiles used        {footprint.tiles_used} of {target.num_tiles}",
+        f"max tile memory   {fullest} B of {target.bytes_per_tile} B "
+        f"({100.0 * fullest / target.bytes_per_tile:.1f}%)",
+        f"always-live       {int(always.sum())} B total, {int(always.max(initial=0))} B max "
+        "per tile",
+        f"not-always-live   {int(peak.sum())} B total peak, {int(peak.max(initial=0))} B max "
+        "per tile",
+        f"total memory      {footprint.total_memory()} B (Poplar's: always-live + each tile's "
+        "not-always-live peak)",
+        *category_lines(target, footprint),
+    ]
+
+
+def category_lines(target: Target, footprint: Footprint) -> list[str]:
+    """Memory by category, all tiles, and on the fullest tile."""
+    if footprint.model == "tensors":
+        return ["  by category     tensors only (--memory-model tensors)"]
+    tile = int(np.argmax(footprint.total_including_gaps)) if target.num_tiles else 0
+    lines = [f"  by category     all tiles / fullest tile ({tile}):"]
+    shown = dict(footprint.always_live)
+    for name, values in footprint.not_always_live.items():
+        shown[f"{name} (not always live)" if name == "variable" else name] = values
+    for name, values in shown.items():
+        lines.append(f"    {name:<34}{int(values.sum()):>12} B {int(values[tile]):>9} B")
+    interleaved = int(footprint.interleaved_bytes[tile])
+    if interleaved:
+        lines.append(f"    {'interleaved region in use':<34}{'':>12}   {interleaved:>9} B "
+                     f"(from byte {target.interleaved_memory_start})")
+    return lines
+
+
+def overflow_lines(footprint: Footprint, shown: int = 3) -> list[str]:
+    """The first ``shown`` tiles over capacity, each with its bytes and largest tensors."""
+    return [f"  over capacity: {overflow}" for overflow in footprint.tiles_over_capacity[:shown]]
 
 
 class Report:
@@ -300,21 +383,8 @@ class Report:
         """The few lines every command prints after a compile or run: memory, cycles,
         exchange, and the worst tile, so a glance says whether the layer fits and why not."""
         cycles = self.cycles
-        used = self.footprint.tiles_used
         lines = [
-            f"target            {self.target.describe()}",
-            f"fits              {'yes' if self.fits else 'NO'}"
-            + ("" if self.fits else f" ({len(self.tiles_over_capacity)} tiles over capacity)"),
-            f"tiles used        {used} of {self.target.num_tiles}",
-            f"max tile memory   {self.max_tile_bytes} B of {self.target.bytes_per_tile} B "
-            f"({100.0 * self.max_tile_bytes / self.target.bytes_per_tile:.1f}%)",
-            f"always-live       {int(self.always_live_bytes.sum())} B total, "
-            f"{int(self.always_live_bytes.max(initial=0))} B max per tile",
-            f"not-always-live   {int(self.not_always_live_max_bytes.sum())} B total peak, "
-            f"{int(self.not_always_live_max_bytes.max(initial=0))} B max per tile",
-            f"total memory      {self.total_memory} B (Poplar's: always-live + each tile's "
-            "not-always-live peak)",
-            *self._category_lines(),
+            *memory_lines(self.target, self.footprint),
             f"exchange          {self.exchange_bytes} B",
             f"cycles            {cycles.total} total = {cycles.compute} compute + "
             f"{cycles.exchange} exchange + {cycles.sync} sync "
@@ -325,26 +395,7 @@ class Report:
         if self.step_counts.any():
             lines.append(self._busiest_tile_line())
         lines.append(f"compile           {self.compile_seconds:.3f} s")
-        for overflow in self.tiles_over_capacity[:3]:
-            lines.append(f"  over capacity: {overflow}")
-        return lines
-
-    def _category_lines(self) -> list[str]:
-        """Memory by category, all tiles, and on the fullest tile."""
-        if self.footprint.model == "tensors":
-            return ["  by category     tensors only (--memory-model tensors)"]
-        tile = int(np.argmax(self.total_bytes)) if self.target.num_tiles else 0
-        lines = [f"  by category     all tiles / fullest tile ({tile}):"]
-        shown = dict(self.footprint.always_live)
-        for name, values in self.footprint.not_always_live.items():
-            shown[f"{name} (not always live)" if name == "variable" else name] = values
-        for name, values in shown.items():
-            lines.append(f"    {name:<34}{int(values.sum()):>12} B {int(values[tile]):>9} B")
-        interleaved = int(self.footprint.interleaved_bytes[tile])
-        if interleaved:
-            lines.append(f"    {'interleaved region in use':<34}{'':>12}   {interleaved:>9} B "
-                         f"(from byte {self.target.interleaved_memory_start})")
-        return lines
+        return lines + overflow_lines(self.footprint)
 
     def _busiest_tile_line(self) -> str:
         """The tile that computes and exchanges the most, and how long it waits: the share of

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import io
 import math
 import sys
@@ -172,11 +173,21 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _figure(width: float, height: float):
+def require_matplotlib(what: str) -> None:
+    """A GrucValueError naming ``what`` unless matplotlib imports: a command that draws checks
+    this before its work, not after running a layer.  (The plain install brings matplotlib; an
+    install without dependencies may not have it.)"""
     try:
-        from matplotlib.figure import Figure
+        importlib.import_module("matplotlib")
     except ImportError:
-        raise GrucValueError("the HTML report needs matplotlib: pip install 'gruc[viz]'") from None
+        raise GrucValueError(f"{what} needs matplotlib, which is not installed: pip install "
+                             "matplotlib") from None
+
+
+def _figure(width: float, height: float):
+    require_matplotlib("the HTML report")
+    from matplotlib.figure import Figure
+
     return Figure(figsize=(width, height), layout="constrained")
 
 

@@ -20,7 +20,7 @@ from gruc.ir.serialize import module_from_json
 from gruc.passes import PASSES
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.viz import dataflow_dot
-from cli_helpers import GRUC, SMALL, gruc
+from cli_helpers import BUILT, GRUC, gruc
 
 
 
@@ -112,22 +112,22 @@ def read_dot(text: str) -> tuple[str, dict[str, dict[str, str]], list[tuple[str,
 
 # ---- dump ---------------------------------------------------------------------------------
 def test_dump_text_is_the_printed_module_and_reparses(capsys):
-    code, out, _ = gruc(["dump", *SMALL], capsys)
+    code, out, _ = gruc(["dump", *BUILT], capsys)
     assert code == 0
     assert out == print_module(small_module())
     assert print_module(parse_module(out)) == out
 
 
 def test_dump_json_loads_back_to_the_same_module(tmp_path, capsys):
-    code, out, _ = gruc(["dump", *SMALL, "--format", "json"], capsys)
+    code, out, _ = gruc(["dump", *BUILT, "--format", "json"], capsys)
     assert code == 0
     assert print_module(module_from_json(json.loads(out))) == print_module(small_module())
-    assert gruc(["dump", *SMALL, "--format", "json", "-o", str(tmp_path / "m.json")], capsys)[0] == 0
+    assert gruc(["dump", *BUILT, "--format", "json", "-o", str(tmp_path / "m.json")], capsys)[0] == 0
     assert (tmp_path / "m.json").read_text() == out
 
 
 def test_dump_dot_is_valid_and_is_the_dataflow_graph(capsys):
-    code, out, _ = gruc(["dump", *SMALL, "--format", "dot"], capsys)
+    code, out, _ = gruc(["dump", *BUILT, "--format", "dot"], capsys)
     assert code == 0
     name, nodes, edges = read_dot(out)
     flow = dataflow_graph(small_module())
@@ -169,7 +169,7 @@ def test_dot_dashes_partial_writes():
 
 
 def test_dump_runs_a_pipeline_and_prints_between_passes(capsys):
-    code, out, err = gruc(["dump", *SMALL, "-p", "plan-memory,plan-memory{strict=true}",
+    code, out, err = gruc(["dump", *BUILT, "-p", "plan-memory,plan-memory{strict=true}",
                            "--print-between-passes", "--time-passes"], capsys)
     assert code == 0
     assert out == print_module(small_module())
@@ -230,7 +230,7 @@ def test_opt_reads_stdin(monkeypatch, capsys):
 
 def test_dump_pipes_into_opt_through_the_console_script():
     command = GRUC
-    dump = subprocess.Popen([*command, "dump", *SMALL], stdout=subprocess.PIPE)
+    dump = subprocess.Popen([*command, "dump", *BUILT], stdout=subprocess.PIPE)
     opt = subprocess.run([*command, "opt", "-", "-p", "plan-memory", "--format", "json"],
                          stdin=dump.stdout, capture_output=True, text=True, timeout=120)
     dump.stdout.close()
@@ -240,7 +240,7 @@ def test_dump_pipes_into_opt_through_the_console_script():
 
 
 def test_a_reader_that_leaves_early_is_not_an_error():
-    dump = subprocess.Popen([*GRUC, "dump", *SMALL], stdout=subprocess.PIPE,
+    dump = subprocess.Popen([*GRUC, "dump", *BUILT], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     dump.stdout.close()  # like `gruc dump | true`: nobody reads the pipe when dump writes
     assert dump.wait(timeout=120) == 0
@@ -250,11 +250,11 @@ def test_a_reader_that_leaves_early_is_not_an_error():
 # ---- bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, words", [
     (["dump", "--frobnicate"], ["unrecognized arguments", "--frobnicate"]),
-    (["dump", *SMALL, "--batch-size", "0"], ["--batch-size 0:"]),
-    (["dump", *SMALL, "--tiles-per-ipu", "0"], ["--tiles-per-ipu 0:"]),
-    (["dump", *SMALL, "-p", "no-such-pass"], ["unknown pass 'no-such-pass'", "plan-memory"]),
-    (["dump", *SMALL, "-p", "plan-memory{strict=maybe}"], ["maybe"]),
-    (["dump", *SMALL, "--format", "svg"], ["invalid choice", "svg"]),
+    (["dump", *BUILT, "--batch-size", "0"], ["--batch-size 0:"]),
+    (["dump", *BUILT, "--tiles-per-ipu", "0"], ["--tiles-per-ipu 0:"]),
+    (["dump", *BUILT, "-p", "no-such-pass"], ["unknown pass 'no-such-pass'", "plan-memory"]),
+    (["dump", *BUILT, "-p", "plan-memory{strict=maybe}"], ["maybe"]),
+    (["dump", *BUILT, "--format", "svg"], ["invalid choice", "svg"]),
     (["opt", "/no/such/file.gruc"], ["cannot read /no/such/file.gruc"]),
     (["opt", "/no/such/file.gruc", "-p", "bogus"], ["cannot read"]),
 ])
@@ -286,3 +286,26 @@ def test_opt_unknown_pass_on_a_good_module(tmp_path, capsys):
     assert (code, out) == (2, "")
     assert err.strip() == ("gruc opt: error: unknown pass 'bogus'; passes: "
                            + ", ".join(sorted(PASSES)))
+
+
+def test_shard_refuses_in_one_line_a_time_loop_whose_slice_compute_set_holds_other_vertices(
+        tmp_path, capsys):
+    """Issue 42, item 3, as reported: the gates' Map moved into the input slice's compute set
+    still verifies, but that compute set no longer only slices rows, so ``shard`` cannot cut it;
+    it says so (it used to end in ``KeyError: 'base'``)."""
+    layer = ["--sequence-size", "3", "--input-size", "4", "--output-size", "4", "--batch-size",
+             "2", "--tiles-per-ipu", "4"]
+    code, text, _ = gruc(["dump", *layer], capsys)
+    assert code == 0
+    lines = text.splitlines()
+    moved = lines.pop(next(k for k, line in enumerate(lines)
+                           if line.strip().startswith("Map(out=%gru_gates_tmp,")))
+    lines.insert(lines.index('cs @gru_0_input0 "gru/0/input0" {') + 1, moved)
+    (tmp_path / "moved.ir").write_text("\n".join(lines) + "\n")
+    assert gruc(["opt", str(tmp_path / "moved.ir"), "--verify-each"], capsys)[0] == 0
+    code, out, err = gruc(["opt", str(tmp_path / "moved.ir"), "-p", "shard{num-shards=2}"],
+                          capsys)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("gruc opt: error: pass 'shard' failed: compute set 'gru/0/input0' "), err
+    assert "holds Map vertices beside the time loop's row slices" in err

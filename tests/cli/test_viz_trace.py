@@ -19,7 +19,7 @@ from gruc.ir.printer import print_module
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
 from gruc.runtime.viz import CATEGORIES, StatusLine, dataflow_dot, memory_views, tile_grid
-from cli_helpers import SIZES, SMALL, gruc
+from cli_helpers import GRUC, SIZES, SMALL, gruc
 
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
                         tiles_per_ipu=16, backend="numpy")
@@ -253,3 +253,64 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path, mo
     assert len(err.strip().splitlines()) == 1, err
     for word in words:
         assert word in err
+
+
+def _endless_module(tmp_path, count: int = 4294967295):
+    """A saved module whose program repeats one step ``count`` times (Poplar's largest count)."""
+    from gruc import FLOAT, Graph, Repeat, Sequence, Target
+    from gruc.ir.expr import _1, Const
+    from gruc.ops import map_in_place
+
+    graph = Graph(Target.custom(tiles_per_ipu=4))
+    x = graph.add_variable(FLOAT, (8,), "x")
+    graph.map_tensor_linearly(x)
+    graph.create_host_write("x", x)
+    body = Sequence()
+    map_in_place(graph, _1 * Const(0.5), [x], body)
+    path = tmp_path / "endless.ir"
+    path.write_text(print_module(Module(graph, [Sequence(Repeat(count, body))])))
+    return path
+
+
+def test_viz_of_a_module_no_run_could_finish_is_refused_up_front(tmp_path):
+    """Issue 42 item 5: ``repeat 4294967295`` (2 us a step: three months) ran without end; it
+    is refused at once, and ``--compile-only`` still reports on it."""
+    module = _endless_module(tmp_path)
+    done = subprocess.run([*GRUC, "viz", "--input", str(module), "-o", str(tmp_path / "r.html")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"gruc viz: error: {module}: program 0 runs at least "
+                                  "4,294,967,295 steps")
+    assert "--compile-only" in done.stderr and not (tmp_path / "r.html").exists()
+    done = subprocess.run([*GRUC, "viz", "--input", str(module), "--compile-only", "-o",
+                           str(tmp_path / "r.html")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "r.html").exists(), done.stderr
+
+
+@pytest.mark.parametrize("argv", [["viz", *SMALL, "-o", "{d}/r.html"],
+                                  ["gru", *SMALL, "--profile", "{d}/profile"]])
+def test_a_report_needing_matplotlib_is_refused_before_the_layer_is_built(argv, tmp_path,
+                                                                           monkeypatch, capsys):
+    """Issue 42 item 9: where matplotlib is missing (an install without dependencies) the HTML
+    report's commands say so at once, not after running the whole layer (88 s on a big one)."""
+    def never(config):
+        raise AssertionError("the layer was built before matplotlib was looked for")
+
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # as if not installed
+    for module in ("gruc.cli.viz", "gruc.cli.gru"):
+        monkeypatch.setattr(module + ".build_layer", never)
+    code, out, err = gruc([part.format(d=tmp_path) for part in argv], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "needs matplotlib, which is not installed: pip install matplotlib" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_base_install_brings_matplotlib():
+    """The first README command (``pip install -e .``) must bring what ``gruc viz`` and
+    ``gruc gru --profile`` need."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert any(requirement.startswith("matplotlib")
+               for requirement in project["project"]["dependencies"])

@@ -155,6 +155,7 @@ def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
             raise RuntimeError("disk on fire")
     assert json.loads(path.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    (tmp_path / "sub").mkdir()
     with atomic_file(tmp_path / "sub" / "image.png", "wb") as handle:
         handle.write(b"\x89PNG")
     assert (tmp_path / "sub" / "image.png").read_bytes() == b"\x89PNG"

@@ -43,6 +43,7 @@ from gruc.popnn import gru
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.popnn.gru_params import GruOptions, GruParams
 from gruc.runtime.lower import CopyStep
+from gruc.runtime.report import write_text_atomically
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 TARGET = Target.custom(tiles_per_ipu=4)
@@ -221,6 +222,7 @@ TRIGGERS = {
     "GrucIndexError": lambda: tensor()[10],
     "GrucOptionError": lambda: GruOptions.parse({"bogus": 1}),
     "GrucMappingError": lambda: mapped([[(0, 10)]]),
+    "GrucFileError": lambda: write_text_atomically("/no/such/directory/report.json", "{}"),
     "GrucParseError": lambda: parse_module("garbage"),
     "GrucVerifyError": foreign_compute_set,
     "GrucProgramError": read_before_write,
@@ -690,6 +692,9 @@ def test_exact_integer_writes_are_still_accepted():
 LAYER = ["--sequence-size", "2", "--input-size", "4", "--output-size", "4", "--batch-size", "2",
          "--tiles-per-ipu", "16", "--backend", "numpy"]
 
+BUILT = LAYER[:-2]
+"""The layer as ``gruc dump`` takes it: no ``--backend``, since it runs nothing."""
+
 CLI_CASES = [
     (["gru", "--sequence-size", "0"], "--sequence-size 0:"),
     (["gru", "--sequence-size", "-3"], "--sequence-size -3:"),
@@ -713,14 +718,20 @@ CLI_CASES = [
     (["gru", "--available-memory-proportion", "nan"], "nan"),
     (["gru", "--abs-tolerance", "inf"], "--abs-tolerance inf:"),
     (["gru", "--seed", "-1"], "--seed -1:"),
+    # issue 42 item 2: data the type cannot hold made a NaN reference, and NaN matched NaN
+    (["gru", "--sequence-size", "3", "--input-size", "4", "--output-size", "4", "--batch-size",
+      "2", "--tiles-per-ipu", "4", "--data-type", "half", "--weights-range", "70000"],
+     "weights range 70000 is more than half can hold (at most 65504)"),
+    (["gru", *LAYER, "--weights-range", "1e39"],
+     "weights range 1e+39 is more than float can hold (at most 3.40282e+38)"),
     (["trace", "--seed", "-1"], "--seed -1:"),
     (["plan", "--available-memory-proportion", "0:inf"], "'0:inf'"),
     (["plan", "--find-max", "batch-size", "--batch-size", "0"], "batch_size = 0"),
     (["gru", "--bogus"], "--bogus"),
     (["bogus"], "'bogus'"),
     ([], "command"),
-    (["dump", *LAYER, "-p", "nope"], "'nope'"),
-    (["dump", *LAYER, "-p", "dce{"], "'dce{'"),
+    (["dump", *BUILT, "-p", "nope"], "'nope'"),
+    (["dump", *BUILT, "-p", "dce{"], "'dce{'"),
     (["dump", "--format", "x"], "'x'"),
     (["opt", "/nonexistent/in.ir"], "/nonexistent/in.ir"),
     (["viz", "--input", "/nonexistent/in.ir"], "/nonexistent/in.ir"),
@@ -780,7 +791,7 @@ FILE_CASES = [
     (["opt", "{d}"], "{d}"),
     (["opt", "{d}/bad.ir", "-p", "nope"], "bad.ir"),
     (["viz", "--input", "{d}/bad.ir", "--batch-size", "2"], "--batch-size"),
-    (["dump", *LAYER, "-o", "{d}/a-file/out.ir"], "a-file"),
+    (["dump", *BUILT, "-o", "{d}/a-file/out.ir"], "a-file"),
     (["gru", *LAYER, "--compile-only", "--profile", "{d}/a-file/profile"], "a-file"),
     (["gru", *LAYER, "--profile", "{d}/a-file"], "is a file, not a directory"),
     (["gru", *LAYER, "--profile", ""], "--profile: needs a directory"),
@@ -788,14 +799,14 @@ FILE_CASES = [
     (["plan", *LAYER, "--out", "{d}/a-file/rows"], "a-file' is a file"),
     (["viz", *LAYER, "-o", ""], "needs a file name"),
     (["viz", *LAYER, "-o", "{d}/a-file/x.html"], "a-file' is not a directory"),
-    (["dump", *LAYER, "-o", ""], "needs a file name"),
+    (["dump", *BUILT, "-o", ""], "needs a file name"),
     (["trace", *LAYER, "-o", ""], "needs a file name"),
     (["gru", *LAYER, "--shards", "100", "--profile", "{d}/not-made"], "numShards"),
     (["trace", *LAYER, "-o", "{d}"], "names a directory"),
     (["trace", *LAYER, "-o", "{d}/"], "names a directory"),
     # a place nothing can be made in (procfs refuses even root) is refused before the run
     (["gru", *LAYER, "--profile", "/proc/gruc-profile"], "cannot write '/proc/gruc-profile'"),
-    (["dump", *LAYER, "-o", "/proc/gruc.ir"], "cannot write '/proc/gruc.ir'"),
+    (["dump", *BUILT, "-o", "/proc/gruc.ir"], "cannot write '/proc/gruc.ir'"),
 ]
 
 

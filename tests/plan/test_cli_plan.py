@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gruc.cli import main
+
+GRUC = [sys.executable, "-c", "import sys; from gruc.cli import main; sys.exit(main())"]
+"""``gruc`` in a process of its own, run by the interpreter running the tests."""
 
 SMALL = ["--input-size", "4", "--output-size", "8", "--sequence-size", "3", "--tiles-per-ipu",
          "16", "--jobs", "1"]
@@ -101,7 +111,7 @@ def test_plots_without_matplotlib_are_refused_before_the_sweep(tmp_path, monkeyp
     code = main(["plan", "--input-size", "4", "--output-size", "4", "--batch-size", "1,2",
                  "--tiles-per-ipu", "4", "--plots", "--out", str(tmp_path / "out")])
     assert code == 2
-    assert "pip install 'gruc[viz]'" in capsys.readouterr().err
+    assert "--plots needs matplotlib, which is not installed" in capsys.readouterr().err
     assert not (tmp_path / "out" / "rows.json").exists()      # nothing was planned
 
 
@@ -155,3 +165,98 @@ def test_jobs_beside_a_scheduler_is_refused_before_anything_runs(tmp_path, capsy
     err = capsys.readouterr().err
     assert "jobs=2" in err and "tcp://127.0.0.1:1" in err
     assert not (tmp_path / "out").exists()
+
+
+# ---- issue 42, item 4: one line, exit 2, nothing lost ------------------------------------------------
+def _a_real_row(tmp_path) -> dict:
+    """A row as a sweep of this gruc writes it."""
+    assert main(["plan", *SMALL, "--batch-size", "1", "--out", str(tmp_path / "real")]) == 0
+    return json.loads((tmp_path / "real" / "rows.json").read_text())[0]
+
+
+def _foreign_grid(row: dict) -> list:
+    flags = json.loads(row["config"])
+    del flags["batch_size"]
+    flags["bogus"] = 1
+    return [{**row, "config": json.dumps(flags)}]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\xff" + np.random.default_rng(42).bytes(300), ["not UTF-8"]),
+    (b"[" * 100_000 + b"]" * 100_000, ["nested too deeply"]),
+    (b'{"config": "x"}', ["a JSON list of rows"]),
+    (b'[{"config": 5}]', ["row 0", "'config' is 5, not text"]),
+    (b'[{"config": [1, 2]}]', ["row 0", "'config' is [1, 2], not text"]),
+    (b'[{"config": "not json"}]', ["row 0", "config 'not json' is not"]),
+    (lambda row: [{"config": row["config"]}], ["row 0", "lacks the column 'pipeline'"]),
+    (lambda row: [{**row, "max_tile_bytes": "many"}], ["row 0", "max_tile_bytes 'many'"]),
+    (_foreign_grid, ["row 0", "'bogus'"]),
+    (lambda row: [row, row], ["two rows for one configuration"]),
+], ids=["random-bytes", "nested", "not-a-list", "config-int", "config-list", "config-not-json",
+        "columns-missing", "metric-text", "another-grid", "twice"])
+def test_a_corrupt_rows_file_is_one_line_and_kept_as_it_was(content, words, tmp_path, capsys):
+    """Every corrupt ``rows.json`` is refused before planning, naming the file: none ends in a
+    traceback, and none — planned, then failing to write the rows — loses the new rows or the
+    old file."""
+    if callable(content):
+        content = json.dumps(content(_a_real_row(tmp_path))).encode()
+        capsys.readouterr()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.json").write_bytes(content)
+    for extra in ([], ["--find-max", "shards"], ["--plots"]):
+        code = main(["plan", *SMALL, "--batch-size", "1,2", "--out", str(out), *extra])
+        std = capsys.readouterr()
+        assert code == 2 and "planned" not in std.out, std
+        assert std.err.count("\n") == 1 and std.err.startswith("gruc plan: error: "), std.err
+        for word in [str(out / "rows.json"), *words]:
+            assert word in std.err, std.err
+        assert (out / "rows.json").read_bytes() == content
+        assert not (out / "rows.csv").exists()
+
+
+def test_a_scheduler_address_of_no_known_scheme_is_one_line(tmp_path, capsys):
+    code = main(["plan", *SMALL[:-2], "--scheduler", "nonsense://", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("gruc plan: error: cannot reach the Dask scheduler at 'nonsense://': ")
+
+
+def _spawned_workers(pid: int) -> int:
+    """How many pool workers (processes running multiprocessing's spawn_main) ``pid`` started."""
+    count = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                count += b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:  # gone already
+                pass
+    return count
+
+
+def _ignores_ctrl_c(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT now (as gruc does while it starts its workers)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+                  .split()[1], 16)
+    return bool(ignored & (1 << (signal.SIGINT - 1)))
+
+
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group; the pool's workers, still importing
+    gruc, used to print a KeyboardInterrupt traceback each (exit 130 is right, the noise is
+    not)."""
+    plan = subprocess.Popen(
+        [*GRUC, "plan", *SMALL[:-2], "--jobs", "2", "--batch-size", "1:4", "--out",
+         str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for _ in range(6000):  # both workers are importing gruc (about a second), and the parent
+        if (_spawned_workers(plan.pid) == 2 and not _ignores_ctrl_c(plan.pid)  # is done starting
+                or plan.poll() is not None):                                   # them
+            break
+        time.sleep(0.01)
+    os.killpg(plan.pid, signal.SIGINT)
+    _, err = plan.communicate(timeout=120)
+    assert plan.returncode == 130, err
+    assert err == (f"gruc plan: interrupted; the finished rows are in {tmp_path / 'out'}; run "
+                   "the same command again to go on\n")

@@ -18,7 +18,7 @@ from gruc.runtime import blas
 from gruc.runtime.codelets import matmul as matmul_codelets
 
 MKL_EXPECTED = platform.system() == "Linux" and platform.machine() == "x86_64"
-"""Where the ``mkl`` wheel is a dependency, and so must load."""
+"""Where the test extra installs the ``mkl`` wheel (as the ``mkl`` extra does), so it must load."""
 LIBRARIES = ["numpy", pytest.param("mkl", marks=pytest.mark.skipif(
     not MKL_EXPECTED, reason="the mkl wheel exists for x86-64 only"))]
 
