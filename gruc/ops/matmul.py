@@ -32,9 +32,10 @@ with ``inputRHSIsPreArranged`` check that B really has it.  ``mat_mul_acc`` is p
 Options, by poplibs name (a dict) or as a :class:`MatMulOptions`: ``availableMemoryProportion``
 (>= 0, default 0.6), ``partialsType`` (half | float, default float; ignored when narrower than the
 output, as in poplibs), ``fullyConnectedPass`` (NONE, INFERENCE_FWD, TRAINING_FWD, TRAINING_BWD,
-TRAINING_WU: an inference pass keeps the AMP's partial groups to its units, and only a plain
-product regroups its output, as in poplin; poplin's joint planning of a training layer's three
-passes is not modelled, see ``docs/matmul-planner.md``) and ``inputRHSIsPreArranged``.
+TRAINING_WU: a training layer's forward product is planned jointly with its backward and
+weight-update products, whose plans follow from it, as poplin plans them; an inference pass keeps
+the AMP's partial groups to its units; only a plain product regroups its output; see
+``docs/matmul-planner.md``) and ``inputRHSIsPreArranged``.
 """
 
 from __future__ import annotations
@@ -175,15 +176,13 @@ def plan_mat_mul(target: Target, dtype: DType | str, a_shape: Sequence[int],
     in_type = _float_type("plan_mat_mul", dtype)
     out = _float_type("plan_mat_mul", out_type) if out_type is not None else in_type
     shape = _dims("plan_mat_mul", a_shape, b_shape)
-    fc_pass = opts.fully_connected_pass
     return plan_product(target, shape, in_type, _partials_type(opts, out), out,
-                        float(opts.available_memory_proportion),
-                        inference=fc_pass is FullyConnectedPass.INFERENCE_FWD,
-                        plain_matmul=fc_pass is FullyConnectedPass.NONE)
+                        float(opts.available_memory_proportion), opts.fully_connected_pass.value)
 
 
 # ---- layouts ----------------------------------------------------------------------------------
-def spread_tiles(geometry: Blocking, letters: str, orientation: str) -> np.ndarray:
+def spread_tiles(geometry: Blocking, letters: str, orientation: str,
+                 tile_order: str = "standard") -> np.ndarray:
     """Tiles of an operand with axes ``letters`` (``"gmk"`` for A, ``"gkn"`` for B, ``"gmn"`` for
     the output): each of its blocks is cut, in row-major order, into equal pieces, one for each
     block of the product that uses it (the blocks along the missing axis), as poplin maps a
@@ -202,7 +201,7 @@ def spread_tiles(geometry: Blocking, letters: str, orientation: str) -> np.ndarr
         extent.append(axis.block_sizes()[block].reshape(shape))
     within = (position[0] * extent[1] + position[1]) * extent[2] + position[2]
     index[over] = within * users // (extent[0] * extent[1] * extent[2])
-    grid = block_tile_grid(geometry, orientation)
+    grid = block_tile_grid(geometry, orientation, tile_order)
     return grid[index["g"], index["k"], index["m"], index["n"]]
 
 
@@ -216,12 +215,12 @@ def _map_operand(graph: Graph, tensor: Tensor, plan: MatMulPlan, letters: str) -
     grouped = _grouped(tensor)
     if "n" not in letters:
         _set_tiles(graph, grouped, spread_tiles(plan.blocking(plan.slice_width), letters,
-                                                plan.orientation))
+                                                plan.orientation, plan.tile_order))
         return
     for begin, end in plan.slices():
         part = grouped.slice(begin, end, 2) if plan.serial > 1 else grouped
         _set_tiles(graph, part, spread_tiles(plan.blocking(end - begin), letters,
-                                             plan.orientation))
+                                             plan.orientation, plan.tile_order))
 
 
 def create_mat_mul_input_lhs(graph: Graph, dtype: DType | str, a_shape: Sequence[int],
@@ -283,7 +282,7 @@ def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) ->
     wants.  A wrong layout would still compute (only more bytes move), so it is refused here."""
     tiles = graph.element_tiles(b).reshape(_grouped(b).shape)
     for begin, end in plan.slices():
-        want = spread_tiles(plan.blocking(end - begin), "gkn", plan.orientation)
+        want = spread_tiles(plan.blocking(end - begin), "gkn", plan.orientation, plan.tile_order)
         if not np.array_equal(tiles[:, :, begin:end], want):
             raise GrucValueError(f"{what}: inputRHSIsPreArranged is set but B {list(b.shape)} is "
                                  "not laid out as pre_arrange_mat_mul_input_rhs (or "
@@ -299,7 +298,7 @@ def _arranged(graph: Graph, operand: Tensor, plan: MatMulPlan, geometry: Blockin
     users = geometry.n.count if letters == "gmk" else geometry.m.count
     if users <= BROADCAST_REARRANGE:
         return operand
-    want = spread_tiles(geometry, letters, plan.orientation).reshape(-1)
+    want = spread_tiles(geometry, letters, plan.orientation, plan.tile_order).reshape(-1)
     if np.array_equal(graph.element_tiles(operand), want):
         return operand
     arranged = graph.add_variable(operand.dtype, operand.shape, f"{label}.{letters[1:]}_arranged")
@@ -367,7 +366,7 @@ def _emit(graph: Graph, plan: MatMulPlan, a: Tensor, b: Tensor, out: Tensor, pro
     for s, (begin, end) in enumerate(plan.slices()):
         label = name if plan.serial == 1 else f"{name}.{s}"
         geometry = plan.blocking(end - begin)
-        grid = block_tile_grid(geometry, plan.orientation)
+        grid = block_tile_grid(geometry, plan.orientation, plan.tile_order)
         b_part, out_part = (b, out) if plan.serial == 1 else (b.slice(begin, end, 2),
                                                               out.slice(begin, end, 2))
         a_used = _arranged(graph, a, plan, geometry, "gmk", prog, label)

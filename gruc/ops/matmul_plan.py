@@ -42,7 +42,10 @@ from gruc.ir.codelets.conv_costs import (ConvMethod, amp_partials_cycles, cast_c
                                          reduce_add_cycles)
 from gruc.ir.codelets.matmul import FIELD_M, FIELD_N, Blocking
 from gruc.target import Target
-from gruc.types import FLOAT, DType
+from gruc.types import FLOAT, HALF, DType
+
+FC_BWD = "fc-bwd"
+FC_WU = "fc-wu"
 
 MAX_SERIAL_SLICES = 64
 """Most serial slices of the output channels a plan uses (each is a pair of compute sets)."""
@@ -82,6 +85,14 @@ class MatMulPlan:
     method: ConvMethod = field(default_factory=lambda: ConvMethod("MAC", 1, 1))
     breakdown: tuple[tuple[str, int], ...] = ()
     """Estimated cycles by term (one slice): partials, exchange, reduce, transform."""
+    tile_order: str = "standard"
+    """How blocks are numbered onto tiles: poplin's standard order, or a training layer's
+    backward (``FC_BWD``) or weight-update (``FC_WU``) order, which put every pass's block of a
+    weight on the tile holding it."""
+    joint: bool = False
+    """Planned jointly with its training layer's other products (or derived from such a plan)."""
+    joint_passes: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    """A joint forward plan's estimate of each pass, by term."""
 
     def slices(self) -> list[tuple[int, int]]:
         """``(begin, end)`` columns of n of every serial slice."""
@@ -112,7 +123,7 @@ class MatMulPlan:
         splits = {"g": geometry.g.count, "k": geometry.k.count, "m": geometry.m.count,
                   "n": geometry.n.count}
         stages = multi_stage_reduce_plan(splits["k"]) if splits["k"] > 1 else ()
-        text = (f"[{G}x]{M}x{K} x {K}x{N}: field {field_axis.upper()} split {splits[field_axis]}, "
+        text = ("joint " if self.joint else "") + (f"[{G}x]{M}x{K} x {K}x{N}: field {field_axis.upper()} split {splits[field_axis]}, "
                 f"in chans K split {splits['k']}, out chans {out_axis.upper()} split "
                 f"{splits[out_axis]}" + (f", groups split {splits['g']}" if G > 1 else "")
                 + f"; {self.num_tiles} tiles; {self.method.describe()}; partials "
@@ -169,6 +180,10 @@ def _exchange_cycles(elements: np.ndarray, size: int, target: Target) -> np.ndar
     return -(-(elements * size) // target.exchange_bytes_per_cycle)
 
 
+FC_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
+"""poplin's ``fullyConnectedPass`` values; NONE is a plain product."""
+
+
 @dataclass(frozen=True)
 class _Problem:
     target: Target
@@ -176,21 +191,37 @@ class _Problem:
     in_type: DType
     partials_type: DType
     out_type: DType
-    plain_matmul: bool
-    """A plain ``matMul`` (poplin's NONE_MATMUL pass), not a fully connected layer's pass."""
+    fc_pass: str = "NONE"
+
+    @property
+    def plain_matmul(self) -> bool:
+        """A plain ``matMul`` (poplin's NONE_MATMUL pass), not a fully connected layer's."""
+        return self.fc_pass == "NONE"
+
+    @property
+    def inference(self) -> bool:
+        return self.fc_pass == "INFERENCE_FWD"
+
+    def with_shape(self, shape: tuple[int, int, int, int], fc_pass: str | None = None
+                   ) -> "_Problem":
+        return _Problem(self.target, shape, self.in_type, self.partials_type, self.out_type,
+                        self.fc_pass if fc_pass is None else fc_pass)
 
 
-def _evaluate(problem: _Problem, method: ConvMethod, orientation: str) -> dict[str, np.ndarray]:
+def _evaluate(problem: _Problem, method: ConvMethod, orientation: str,
+              field_grain: int = 1) -> dict[str, np.ndarray]:
     """Cycles and temporary bytes of every split of the product with ``method``: one entry per
-    candidate, with its blocks ``(gb, mb, kb, nb)``."""
+    candidate, with its blocks ``(gb, mb, kb, nb)`` (the field cut in grains of
+    ``field_grain``)."""
     target = problem.target
     G, M, K, N = problem.shape
     field_size, out_size = (N, M) if orientation == FIELD_N else (M, N)
     in_pg, out_pg = method.in_chans_per_group, method.partial_chans_per_group
     in_grains, out_grains = -(-K // in_pg), -(-out_size // out_pg)
-    g_sizes, f_sizes = _ceil_sizes(G), _ceil_sizes(field_size)
+    g_sizes = _ceil_sizes(G)
+    f_sizes = np.minimum(_ceil_sizes(-(-field_size // field_grain)) * field_grain, field_size)
     k_sizes, o_sizes = _ceil_sizes(in_grains), _ceil_sizes(out_grains)
-    grids = np.meshgrid(g_sizes, k_sizes, f_sizes, o_sizes, indexing="ij")
+    grids = np.meshgrid(g_sizes, k_sizes, np.unique(f_sizes), o_sizes, indexing="ij")
     gb, kg, fb, og = (grid.reshape(-1) for grid in grids)
     kb = np.minimum(kg * in_pg, K)
     ob = np.minimum(og * out_pg, out_size)
@@ -199,35 +230,61 @@ def _evaluate(problem: _Problem, method: ConvMethod, orientation: str) -> dict[s
     keep = tiles <= target.num_tiles
     gb, kg, fb, og, kb, ob, tiles = (x[keep] for x in (gb, kg, fb, og, kb, ob, tiles))
     pg, pk, pf, po = (c[keep] for c in counts)
+    table = pass_cost(problem, method, fb, kg, og, gb, in_divisor=po, weight_divisor=pf,
+                      depth=pk)
+    transform, transform_temp = _transform_costs(problem, method, orientation, tiles,
+                                                 og * out_pg * fb * gb)
+    table["transform"] = transform
+    table["cycles"] = table["cycles"] + transform
+    table["temporary"] = np.maximum(table["temporary"], transform_temp)
+    if orientation == FIELD_N:
+        table["block"] = np.stack([gb, ob, kb, fb], axis=1)
+    else:
+        table["block"] = np.stack([gb, fb, kb, ob], axis=1)
+    table["tiles"] = tiles
+    table["direct"] = (pk == 1) & (problem.partials_type == problem.out_type)
+    return table
+
+
+def pass_cost(problem: _Problem, method: ConvMethod, field: np.ndarray, in_groups: np.ndarray,
+              out_groups: np.ndarray, groups: np.ndarray, in_divisor: np.ndarray,
+              weight_divisor: np.ndarray, depth: np.ndarray) -> dict[str, np.ndarray]:
+    """poplin's estimate of one pass of a product (``addEstimates``) on a tile computing
+    ``field`` elements over ``in_groups`` / ``out_groups`` channel groups of ``groups`` conv
+    groups: its vertex, the inputs it takes from the ``in_divisor`` tiles that share them, the
+    weights from the ``weight_divisor`` tiles that share those, and the reduction of ``depth``
+    partials (the first stage's exchange charged always, as poplin does).  Arrays, one entry
+    per candidate: cycles by term and temporary bytes."""
+    target = problem.target
     float_acts, float_partials = problem.in_type == FLOAT, problem.partials_type == FLOAT
     in_size, p_size = problem.in_type.size, problem.partials_type.size
-    ci_t, co_t = kg * in_pg, og * out_pg  # per tile, padded to whole groups
-
+    ci_t = in_groups * method.in_chans_per_group  # per tile, padded to whole groups
+    co_t = out_groups * method.partial_chans_per_group
     if method.kind == "AMP":
         coeff = target.conv_unit_coeff_load_bytes_per_cycle // 2  # 64-bit loads (poplibs' default)
-        partial_calc = amp_partials_cycles(fb, kg, og, gb, method, float_acts, float_partials,
-                                           coeff)
+        partial_calc = amp_partials_cycles(field, in_groups, out_groups, groups, method,
+                                           float_acts, float_partials, coeff)
     else:
-        partial_calc = mac_partials_cycles(fb, kg, og, gb, method, float_acts, float_partials)
-
-    inputs = fb * ci_t * gb
-    weights = ci_t * co_t * gb
-    partials = fb * co_t * gb
-    exchange = (_exchange_cycles(inputs - inputs // po, in_size, target)
-                + _exchange_cycles(weights - weights // pf, in_size, target)
+        partial_calc = mac_partials_cycles(field, in_groups, out_groups, groups, method,
+                                           float_acts, float_partials)
+    inputs = field * ci_t * groups
+    weights = ci_t * co_t * groups
+    partials = field * co_t * groups
+    exchange = (_exchange_cycles(inputs - inputs // in_divisor, in_size, target)
+                + _exchange_cycles(weights - weights // weight_divisor, in_size, target)
                 + _exchange_cycles(partials, p_size, target))
     reduce_cycles = np.zeros_like(partial_calc)
     reduce_temp = np.zeros_like(partial_calc)
     float_out = problem.out_type == FLOAT
-    for depth in np.unique(pk).tolist():
-        at = pk == depth
-        if depth == 1:
+    for level in np.unique(depth).tolist():
+        at = depth == level
+        if level == 1:
             if problem.partials_type != problem.out_type:
                 reduce_cycles[at] = cast_cycles(partials[at], target.vector_width(
                     problem.partials_type), target.vector_width(problem.out_type))
             continue
-        stages = multi_stage_reduce_plan(depth)
-        sent, remaining = partials[at], depth  # the later stages' exchange (addExchange...)
+        stages = multi_stage_reduce_plan(level)
+        sent, remaining = partials[at], level  # the later stages' exchange (addExchange...)
         for index, target_depth in enumerate(stages):
             if index:
                 exchange[at] += _exchange_cycles(sent, p_size, target)
@@ -235,8 +292,8 @@ def _evaluate(problem: _Problem, method: ConvMethod, orientation: str) -> dict[s
             sent, remaining = -(-sent // step), -(-remaining // step)
         if remaining > 1 and stages:
             exchange[at] += _exchange_cycles(sent, p_size, target)
-        outputs = -(-partials[at] // depth) * depth  # the stages' vertices (addReduceCycle...)
-        remaining = depth
+        outputs = -(-partials[at] // level) * level  # the stages' vertices (addReduceCycle...)
+        remaining = level
         cost, temp = np.zeros_like(outputs), np.zeros_like(outputs)
         for target_depth in stages:
             step = -(-remaining // target_depth)
@@ -251,21 +308,10 @@ def _evaluate(problem: _Problem, method: ConvMethod, orientation: str) -> dict[s
             temp = np.maximum(temp, outputs * remaining)
         reduce_cycles[at] = cost
         reduce_temp[at] = temp * problem.out_type.size
-
-    transform, transform_temp = _transform_costs(problem, method, orientation, tiles, co_t * fb
-                                                 * gb)
-    cycles = partial_calc + exchange + reduce_cycles + transform
     conv_temp = in_size * (inputs + weights) + p_size * partials
-    temporary = np.maximum(np.maximum(conv_temp, reduce_temp), transform_temp)
-    if orientation == FIELD_N:
-        block = np.stack([gb, ob, kb, fb], axis=1)
-    else:
-        block = np.stack([gb, fb, kb, ob], axis=1)
-    return {"block": block, "cycles": cycles.astype(np.int64),
-            "temporary": temporary.astype(np.int64), "tiles": tiles,
-            "partials": partial_calc, "exchange": exchange, "reduce": reduce_cycles,
-            "transform": transform, "direct": (pk == 1) & (problem.partials_type
-                                                           == problem.out_type)}
+    return {"cycles": (partial_calc + exchange + reduce_cycles).astype(np.int64),
+            "temporary": np.maximum(conv_temp, reduce_temp).astype(np.int64),
+            "partials": partial_calc, "exchange": exchange, "reduce": reduce_cycles}
 
 
 def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
@@ -273,8 +319,9 @@ def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Cycles and temporary bytes of the rearrangements a candidate needs
     (``addTransformCycleEstimate``): the swapped orientation copies both operands and the
-    output into its layout; a plain product whose partial groups are not the AMP's weights per
-    unit regroups its output."""
+    output into its layout, as does a separately planned weight-update pass (its input and
+    output) and backward pass (its input); a plain product whose partial groups are not the
+    AMP's weights per unit regroups its output."""
     target = problem.target
     G, M, K, N = problem.shape
     memcpy = target.data_path_width_bits // 8
@@ -282,15 +329,21 @@ def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
     pair = 2 if problem.in_type == FLOAT else 4
     cycles = np.zeros_like(tiles)
     temp = np.zeros_like(tiles)
-    if orientation == FIELD_M:
+    swapped = orientation == FIELD_M
+    rearrange_in = swapped or problem.fc_pass in ("TRAINING_BWD", "TRAINING_WU")
+    rearrange_out = swapped or problem.fc_pass == "TRAINING_WU"
+    moved = out_bytes = np.zeros_like(tiles)
+    if rearrange_in:
         f1 = 4 if (K * N) % pair == 0 else 3
         moved = -(-(G * (M * K + K * N)) // tiles) * out_size
         cycles += -(-moved // target.exchange_bytes_per_cycle) + -(
             -TRANSFORM_COPY_FACTOR * moved // (min(memcpy, out_size) * f1))
+    if rearrange_out:
         out_bytes = -(-(G * M * N) // tiles) * out_size
         f1_out = 4 if N % pair == 0 else 3
         cycles += -(-out_bytes // target.exchange_bytes_per_cycle) + -(
             -TRANSFORM_COPY_FACTOR * out_bytes // (min(memcpy, out_size) * f1_out))
+    if rearrange_in or rearrange_out:
         temp = 2 * np.maximum(moved, out_bytes)
     elif (problem.plain_matmul and method.kind == "AMP"
           and method.partial_chans_per_group != method.weights_per_conv_unit):
@@ -301,19 +354,19 @@ def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
 
 
 # ---- choosing ---------------------------------------------------------------------------------
-def _candidates(problem: _Problem, inference: bool) -> Iterator[tuple[str, ConvMethod, dict]]:
+def _candidates(problem: _Problem) -> Iterator[tuple[str, ConvMethod, dict]]:
     """Every (orientation, method) with its evaluated splits, in the order poplin tries them."""
     for orientation in (FIELD_N, FIELD_M):
         for method in conv_methods(problem.target, problem.in_type, problem.partials_type,
-                                   inference):
+                                   problem.inference):
             yield orientation, method, _evaluate(problem, method, orientation)
 
 
-def _best(problem: _Problem, inference: bool, bound: float | None):
+def _best(problem: _Problem, bound: float | None):
     """The candidate with the fewest cycles (then temporary bytes, then poplin's order) whose
     temporaries fit ``bound``; None if none does."""
     best = None
-    for order, (orientation, method, table) in enumerate(_candidates(problem, inference)):
+    for order, (orientation, method, table) in enumerate(_candidates(problem)):
         ok = np.ones(len(table["cycles"]), dtype=bool) if bound is None else \
             table["temporary"] <= bound
         if not ok.any():
@@ -330,32 +383,176 @@ def _best(problem: _Problem, inference: bool, bound: float | None):
 @functools.lru_cache(maxsize=512)
 def plan_product(target: Target, shape: tuple[int, int, int, int], in_type: DType,
                  partials_type: DType, out_type: DType, proportion: float,
-                 inference: bool = False, plain_matmul: bool = True) -> MatMulPlan:
-    """poplin's plan of ``shape`` (see the module docstring).  Cached, as poplin's
-    ``PlanningCache``."""
-    G, M, K, N = shape
+                 fc_pass: str = "NONE") -> MatMulPlan:
+    """poplin's plan of ``shape`` for ``fc_pass`` (see the module docstring).  A training
+    layer's forward product is planned jointly with its backward and weight-update products
+    (:func:`_joint`), whose plans then follow from it.  Cached, as poplin's ``PlanningCache``."""
+    problem = _Problem(target, shape, in_type, partials_type, out_type, fc_pass)
     bound = proportion * target.bytes_per_tile
-    problem = _Problem(target, shape, in_type, partials_type, out_type, plain_matmul)
-    if proportion == 0:
-        found = _least_temporary(problem, inference)
-        return _make_plan(problem, found, 1, N, fits=True)
-    found = _best(problem, inference, bound)
+    if fc_pass in ("TRAINING_BWD", "TRAINING_WU"):
+        forward = plan_product(target, _forward_shape(shape, fc_pass), in_type, partials_type,
+                               out_type, proportion, "TRAINING_FWD")
+        if forward.joint:
+            return _derived(problem, forward)
+    separate = _separate(problem, bound)
+    if fc_pass == "TRAINING_FWD" and proportion > 0:
+        joint = _joint(problem, bound)
+        if joint is not None and not _separate_is_cheaper(problem, separate, joint, bound):
+            return joint
+    return separate
+
+
+def _separate(problem: _Problem, bound: float) -> MatMulPlan:
+    """The product planned on its own: fewest cycles within ``bound``, else serial slices, else
+    the bound doubled, else unbounded (poplin's ``runPlanner``)."""
+    target, shape = problem.target, problem.shape
+    G, M, K, N = shape
+    if bound == 0:
+        return _make_plan(problem, _least_temporary(problem), 1, N, fits=True)
+    found = _best(problem, bound)
     if found is not None:
         return _make_plan(problem, found, 1, N, fits=True)
     for serial in _serial_counts(N):  # serial slices of N, as few as fit
         width = N // serial
-        sliced = _Problem(target, (G, M, K, width), in_type, partials_type, out_type,
-                          plain_matmul)
-        found = _best(sliced, inference, bound)
+        sliced = problem.with_shape((G, M, K, width))
+        found = _best(sliced, bound)
         if found is not None:
             return _make_plan(sliced, found, serial, width, fits=True, shape=shape)
     limit = 2 * bound
     while limit <= 2 * target.bytes_per_tile:  # poplin: double the bound, then drop it
-        found = _best(problem, inference, limit)
+        found = _best(problem, limit)
         if found is not None:
             return _make_plan(problem, found, 1, N, fits=False)
         limit *= 2
-    return _make_plan(problem, _best(problem, inference, None), 1, N, fits=False)
+    return _make_plan(problem, _best(problem, None), 1, N, fits=False)
+
+
+# ---- a training layer's three products, planned together -------------------------------------
+def _forward_shape(shape: tuple[int, int, int, int], fc_pass: str) -> tuple[int, int, int, int]:
+    """The forward product of a layer whose backward (``[B, O] x [O, I]``) or weight-update
+    (``[I, B] x [B, O]``) product has ``shape``: ``[B, I] x [I, O]``."""
+    G, M, K, N = shape
+    return (G, M, N, K) if fc_pass == "TRAINING_BWD" else (G, K, M, N)
+
+
+def _pass_shapes(shape: tuple[int, int, int, int]) -> dict[str, tuple[int, int, int, int]]:
+    """A forward product's shape and its layer's backward and weight-update products'."""
+    G, B, I, O = shape
+    return {"TRAINING_FWD": shape, "TRAINING_BWD": (G, B, O, I), "TRAINING_WU": (G, I, B, O)}
+
+
+def _wu_method(method: ConvMethod) -> ConvMethod:
+    """The weight update's vertex (``getFullyConnectedWUMethod``): its input groups are the
+    forward's partial groups and its partial groups the forward's input groups (an AMP unless
+    those are single channels)."""
+    return ConvMethod(method.kind if method.in_chans_per_group > 1 else "MAC",
+                      method.partial_chans_per_group, method.in_chans_per_group,
+                      method.conv_units, method.weights_per_conv_unit)
+
+
+def _joint_methods(problem: _Problem) -> list[ConvMethod]:
+    """The forward vertices a joint plan may use: AMP input groups a multiple of the units (the
+    forward's input channels are the weight update's output channels); MAC input groups of 1 or
+    a multiple of the AMP units."""
+    methods = conv_methods(problem.target, problem.in_type, problem.partials_type, False)
+    units = max((m.conv_units for m in methods if m.kind == "AMP"), default=1)
+    return [m for m in methods
+            if (m.kind == "AMP" and m.in_chans_per_group % m.conv_units == 0)
+            or (m.kind == "MAC" and (m.in_chans_per_group == 1
+                                     or m.in_chans_per_group % units == 0))]
+
+
+def _joint(problem: _Problem, bound: float) -> MatMulPlan | None:
+    """poplin's joint plan of a training layer (``FC_TRAINING_FWD``): one partition of the
+    forward product in its natural orientation, the batch (its output channels) never split,
+    the field cut in groups of the input channels, costed as the forward, backward (field and
+    input channels swapped) and weight-update (input and output channels swapped) products
+    together (``addBwdEstimates``, ``addWuEstimates``); each pass's temporaries within
+    ``bound``.  None if no partition fits."""
+    G, M, K, N = problem.shape
+    best = None
+    for method in _joint_methods(problem):
+        in_pg, out_pg = method.in_chans_per_group, method.partial_chans_per_group
+        table = _evaluate(problem, method, FIELD_N, field_grain=in_pg)
+        gb, mb, kb, fb = (table["block"][:, k] for k in range(4))
+        full_m = mb >= M  # the batch is not split
+        pg, pk, pf = -(-G // gb), -(-K // kb), -(-N // fb)
+        kg, og, fg = -(-kb // in_pg), -(-mb // out_pg), -(-fb // in_pg)
+        wu = _wu_method(method)
+        ones = np.ones_like(gb)
+        backward = pass_cost(problem, method, kg * in_pg, fg, og, gb, ones, pk, pf)
+        update = pass_cost(problem, wu, fb, -(-(og * out_pg) // wu.in_chans_per_group),
+                           -(-(kg * in_pg) // wu.partial_chans_per_group), gb, pk, pf, ones)
+        cycles = table["cycles"] + backward["cycles"] + update["cycles"]
+        temporary = np.maximum(table["temporary"], np.maximum(backward["temporary"],
+                                                              update["temporary"]))
+        ok = full_m & (temporary <= bound)
+        if not ok.any():
+            continue
+        index = np.flatnonzero(ok)
+        pick = int(index[np.lexsort((temporary[index], cycles[index]))[0]])
+        key = (int(cycles[pick]), int(temporary[pick]))
+        if best is None or key < best[0]:
+            passes = {"TRAINING_FWD": _terms(table, pick), "TRAINING_BWD": _terms(backward, pick),
+                      "TRAINING_WU": _terms(update, pick)}
+            best = (key, method, tuple(int(v) for v in table["block"][pick]), passes)
+    if best is None:
+        return None
+    (cycles, temporary), method, block, passes = best
+    return MatMulPlan(shape=problem.shape, block=block, serial=1, slice_width=N,
+                      partials_type=problem.partials_type,
+                      direct=block[2] >= K and problem.partials_type == problem.out_type,
+                      cycles=cycles, temporary_bytes=temporary, fits=True, orientation=FIELD_N,
+                      method=method, breakdown=passes["TRAINING_FWD"], joint=True,
+                      joint_passes=tuple(sorted(passes.items())))
+
+
+def _terms(table: dict[str, np.ndarray], pick: int) -> tuple[tuple[str, int], ...]:
+    return tuple((name, int(table[name][pick])) for name in ("partials", "exchange", "reduce"))
+
+
+def _separate_is_cheaper(problem: _Problem, forward: MatMulPlan, joint: MatMulPlan,
+                         bound: float) -> bool:
+    """Whether the three products planned apart (each with the rearrangements its pass then
+    needs) beat the joint plan, strictly, on (cycles, largest temporaries): poplin keeps the
+    joint plan otherwise."""
+    shapes = _pass_shapes(problem.shape)
+    others = [_separate(problem.with_shape(shapes[fc_pass], fc_pass), bound)
+              for fc_pass in ("TRAINING_BWD", "TRAINING_WU")]
+    plans = [forward, *others]
+    separate = (sum(p.cycles for p in plans), max(p.temporary_bytes for p in plans))
+    return separate < (joint.cycles, joint.temporary_bytes)
+
+
+def _derived(problem: _Problem, forward: MatMulPlan) -> MatMulPlan:
+    """The backward or weight-update plan that follows from a joint forward plan
+    (``getFullyConnectedBwdPlan`` / ``...WUPlan``): the same tiles, the backward with the field
+    and input channels swapped, the weight update with input and output channels swapped (no
+    reduction: each weight's gradient is computed on the tile holding the weight).  A half
+    weight update whose batch is one AMP input group keeps half partials where the AMP has as
+    many units for half partials as for float ones (poplin's planner of the era: the batch is
+    summed in one pass of the units, so the partials are the result)."""
+    G, M, K, N = problem.shape
+    gb, mb, kb, nb = forward.block
+    passes = dict(forward.joint_passes)
+    if problem.fc_pass == "TRAINING_BWD":  # [B, O] x [O, I]: field I, input channels O
+        block, method, order = (gb, mb, nb, kb), forward.method, FC_BWD
+    else:  # [I, B] x [B, O]: field O, input channels B, output channels I
+        block, method, order = (gb, kb, mb, nb), _wu_method(forward.method), FC_WU
+    terms = passes[problem.fc_pass]
+    partials_type = problem.partials_type
+    target = problem.target
+    if (problem.fc_pass == "TRAINING_WU" and problem.out_type == HALF
+            and K == method.in_chans_per_group
+            and target.conv_units_half_half_partials == target.conv_units_half_float_partials):
+        partials_type = HALF  # one AMP pass adds the whole batch: half partials lose nothing
+    return MatMulPlan(shape=problem.shape, block=block, serial=1, slice_width=N,
+                      partials_type=partials_type,
+                      direct=block[2] >= K and partials_type == problem.out_type,
+                      cycles=sum(value for _, value in terms),
+                      temporary_bytes=forward.temporary_bytes, fits=forward.fits,
+                      orientation=FIELD_N, method=method, breakdown=terms, tile_order=order,
+                      joint=True)
 
 
 def _serial_counts(size: int) -> list[int]:
@@ -364,10 +561,10 @@ def _serial_counts(size: int) -> list[int]:
     return [count for count in range(2, min(size, MAX_SERIAL_SLICES) + 1) if size % count == 0]
 
 
-def _least_temporary(problem: _Problem, inference: bool):
+def _least_temporary(problem: _Problem):
     """``availableMemoryProportion`` 0: the least temporary memory, then the fewest cycles."""
     best = None
-    for order, (orientation, method, table) in enumerate(_candidates(problem, inference)):
+    for order, (orientation, method, table) in enumerate(_candidates(problem)):
         pick = int(np.lexsort((table["cycles"], table["temporary"]))[0])
         key = (int(table["temporary"][pick]), int(table["cycles"][pick]), order)
         if best is None or key < best[0]:
@@ -389,16 +586,23 @@ def _make_plan(problem: _Problem, found, serial: int, width: int, fits: bool,
                       orientation=orientation, method=method, breakdown=terms)
 
 
-def block_tile_grid(geometry: Blocking, orientation: str) -> np.ndarray:
+def block_tile_grid(geometry: Blocking, orientation: str, tile_order: str = "standard"
+                    ) -> np.ndarray:
     """The tile of every block, ``[Pg, Pk, Pm, Pn]``, numbered as poplin numbers a partition's
     tiles (``linearizeConvIndices``): conv groups, then input channels, then the field, then the
-    output channels innermost (tiles sharing an input are neighbours)."""
+    output channels innermost (tiles sharing an input are neighbours).  A training layer's
+    backward order swaps the field and input channels, its weight-update order the input and
+    output channels (``linearizeTileIndices``), so each pass's block of a weight lands on the
+    tile holding it."""
     Pg, Pk, Pm, Pn = geometry.counts
     ig, ik, im, in_ = np.meshgrid(np.arange(Pg), np.arange(Pk), np.arange(Pm), np.arange(Pn),
                                   indexing="ij")
-    if orientation == FIELD_N:
+    if tile_order == FC_BWD:
+        tiles = ((ig * Pn + in_) * Pk + ik) * Pm + im
+    elif tile_order == FC_WU:
+        tiles = ((ig * Pm + im) * Pn + in_) * Pk + ik
+    elif orientation == FIELD_N:
         tiles = ((ig * Pk + ik) * Pn + in_) * Pm + im
     else:
         tiles = ((ig * Pk + ik) * Pm + im) * Pn + in_
     return tiles.astype(np.int64)
-
