@@ -69,26 +69,55 @@ def exchange_estimator(kind: str) -> Callable[[ExchangeEstimator], ExchangeEstim
 class Traffic:
     """What one step's exchange moves: bytes each tile receives and sends, the (receiver, sender)
     pairs that exchange (each a message: its code is instructions on both tiles), and whether any
-    transfer crosses an IPU."""
+    transfer crosses an IPU.
+
+    A tile sends an element once however many tiles receive it: the exchange fabric broadcasts
+    (a tile's outgoing data is a stream any number of tiles may listen to, as poplibs' planners
+    assume: a broadcast operand costs its receivers, not its sender, per receiver).  So what a
+    tile sends is counted per distinct element where the elements are known."""
 
     def __init__(self, target: Target) -> None:
         self.num_tiles = target.num_tiles
         self.tiles_per_ipu = target.tiles_per_ipu
         self.bytes_in = np.zeros(self.num_tiles, dtype=np.int64)
         self.bytes_out = np.zeros(self.num_tiles, dtype=np.int64)
+        """Bytes each tile sends, of transfers whose elements are not known (each sent once)."""
         self.crossing = False
         self._pairs: list[np.ndarray] = []
         self._pair_bytes: list[np.ndarray] = []
+        self._sent: list[tuple[np.ndarray, int]] = []
+        self._sent_once: dict[int, np.ndarray] = {}
 
-    def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int) -> None:
-        """One transfer of ``size`` bytes per (receiver, sender) entry."""
+    def transfers(self, receivers: np.ndarray, senders: np.ndarray, size: int,
+                  elements: np.ndarray | None = None) -> None:
+        """One transfer of ``size`` bytes per (receiver, sender) entry; with ``elements`` (the
+        global id of each entry's element), a sender sends each element once."""
         if not len(receivers):
             return
         receivers, senders = receivers.astype(np.int64), senders.astype(np.int64)
         self.bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
-        self.bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
+        if elements is None:
+            self.bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
+        else:
+            self._sent.append((np.unique(elements.astype(np.int64) * self.num_tiles + senders),
+                               size))
         keys, counts = np.unique(receivers * self.num_tiles + senders, return_counts=True)
         self.pairs(keys, counts * size)
+
+    def send_once(self, data: int, per_tile: np.ndarray) -> None:
+        """Bytes each tile sends of the data named ``data`` (a tensor read by several vertices
+        of a step): sent once, however many read it."""
+        self._sent_once[data] = np.maximum(self._sent_once.get(data, 0), per_tile)
+
+    def sent(self) -> np.ndarray:
+        """Bytes each tile sends in the step (int64)."""
+        total = self.bytes_out.copy()
+        for per_tile in self._sent_once.values():
+            total += per_tile
+        for size in {size for _, size in self._sent}:
+            keys = np.unique(np.concatenate([k for k, s in self._sent if s == size]))
+            total += np.bincount(keys % self.num_tiles, minlength=self.num_tiles) * size
+        return total
 
     def pairs(self, keys: np.ndarray, nbytes: np.ndarray | None = None) -> None:
         """Note the messages ``receiver * num_tiles + sender`` and the bytes of each (unknown:
@@ -290,15 +319,14 @@ class _StepCoster:
         """Account the ``away`` elements of a read whose elements have their own readers
         (``home``; ``tiles`` hold them).  An element named twice, by a broadcast, moves once to
         each tile that reads it; a view that names each element once needs no such search."""
+        ids = tensor.flat_ids()[away]
         if not tensor.has_repeats():
-            receivers = home[away]
-            senders = tiles[away]
+            receivers, senders = home[away], tiles[away]
         else:
-            ids = tensor.flat_ids()[away]
             pairs = distinct(ids * self.num_tiles + home[away])  # one per (element, receiver)
-            receivers = pairs % self.num_tiles
-            senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        traffic.transfers(receivers, senders, tensor.dtype.size)
+            receivers, ids = pairs % self.num_tiles, pairs // self.num_tiles
+            senders = self.graph.element_tiles_of_ids(ids).astype(np.int64)
+        traffic.transfers(receivers, senders, tensor.dtype.size, ids)
 
     def remote_to_tile(self, tensor: Tensor, home: int, traffic: Traffic) -> None:
         """Account a read by one tile: each distinct element held elsewhere is one transfer."""
@@ -311,8 +339,9 @@ class _StepCoster:
         size = tensor.dtype.size
         local = int(per_tile[home])
         traffic.bytes_in[home] += (int(per_tile.sum()) - local) * size
-        traffic.bytes_out += per_tile * size
-        traffic.bytes_out[home] -= local * size
+        sent = per_tile * size
+        sent[home] = 0
+        traffic.send_once(id(tensor), sent)
         holders = np.flatnonzero(per_tile)
         holders = holders[holders != home]
         traffic.pairs(home * self.num_tiles + holders, per_tile[holders] * size)
@@ -392,11 +421,12 @@ class _StepCoster:
         # Sync, and the predicate read of If / RepeatWhileTrue: a sync, nothing computed or moved
         rate = (self.target.inter_ipu_exchange_bytes_per_cycle if traffic.crossing
                 else self.target.exchange_bytes_per_cycle)
-        exchange = np.ceil(np.maximum(traffic.bytes_in, traffic.bytes_out) / rate).astype(np.int64)
+        sent = traffic.sent()
+        exchange = np.ceil(np.maximum(traffic.bytes_in, sent) / rate).astype(np.int64)
         if traffic.crossing:
             sync = max(sync, self.target.inter_ipu_sync_cycles)
         peers_in, peers_out = traffic.peers()
-        return StepCost(compute, traffic.bytes_in, traffic.bytes_out, exchange, peers_in,
+        return StepCost(compute, traffic.bytes_in, sent, exchange, peers_in,
                         peers_out, int(compute.max(initial=0)), int(exchange.max(initial=0)),
                         sync)
 

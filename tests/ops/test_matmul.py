@@ -231,7 +231,8 @@ def test_pre_arranged_rhs(backend, rng):
     plan = plan_mat_mul(graph.target, FLOAT, (5, 70), (70, 30), options)
     geometry = plan.blocking(plan.slice_width)
     assert np.array_equal(graph.element_tiles(arranged),
-                          spread_tiles(geometry, "gkn", plan.orientation).reshape(-1))
+                          spread_tiles(geometry, "gkn", plan.orientation,
+                                       plan.tile_order).reshape(-1))
     xv, wv = values(rng, (5, 70)), values(rng, (30, 70))
     _, out = run(graph, prog, {"x": (x, xv), "w": (w, wv)}, {"y": y}, backend)
     np.testing.assert_allclose(out["y"], oracle(xv, wv.T), rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ def per_read(self, reads, traffic) -> None:
         pairs = distinct(ids * self.num_tiles + receivers)
         receivers = pairs % self.num_tiles
         senders = self.graph.element_tiles_of_ids(pairs // self.num_tiles).astype(np.int64)
-        traffic.transfers(receivers, senders, tensor.dtype.size)
+        traffic.transfers(receivers, senders, tensor.dtype.size, pairs // self.num_tiles)
 
 
 def per_copy(self, node, compute, traffic) -> None:

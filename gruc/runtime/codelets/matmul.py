@@ -591,12 +591,14 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
     axes = {"g": geometry.g, "k": geometry.k, "m": geometry.m, "n": geometry.n}
     (over,) = set(axes) - set(letters)
     order = ["gkmn".index(x) for x in letters] + ["gkmn".index(over)]
-    element_tiles = graph.element_tiles(tensor).astype(np.int64).reshape(
-        [axes[x].size for x in letters])
+    shape = [axes[x].size for x in letters]
+    element_tiles = graph.element_tiles(tensor).astype(np.int64).reshape(shape)
+    element_ids = tensor.flat_ids().reshape(shape)
     size = tensor.dtype.size
     for parts in itertools.product(*(axes[x].parts() for x in letters)):
         blocks = block_view(element_tiles, parts)
         blocks = blocks.reshape(blocks.shape[:3] + (-1,))  # [c, c, c, elements of a block]
+        ids = block_view(element_ids, parts).reshape(blocks.shape)
         select = [slice(None)] * 4
         for x, part in zip(letters, parts):
             select["gkmn".index(x)] = slice(part.first, part.first + part.count)
@@ -604,7 +606,7 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         for u in range(users.shape[3]):
             receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
             away = blocks != receiver
-            traffic.transfers(receiver[away], blocks[away], size)
+            traffic.transfers(receiver[away], blocks[away], size, ids[away])
 
 
 @exchange_estimator("MatMulPartials")
@@ -626,10 +628,12 @@ def _reduce_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
     where = graph.element_tiles(partials).astype(np.int64).reshape(partials.shape)
     home = np.broadcast_to(home[:, None], where.shape)
     away = where != home
-    traffic.transfers(home[away], where[away], partials.dtype.size)
+    traffic.transfers(home[away], where[away], partials.dtype.size,
+                      partials.flat_ids().reshape(where.shape)[away])
     scale = vertex.fields.get("scale")
     if scale is not None:
         source = int(graph.element_tiles(scale)[0])
         readers = np.unique(home)
         readers = readers[readers != source]
-        traffic.transfers(readers, np.full_like(readers, source), scale.dtype.size)
+        traffic.transfers(readers, np.full_like(readers, source), scale.dtype.size,
+                          np.full_like(readers, int(scale.flat_ids()[0])))
