@@ -222,8 +222,10 @@ class _Cell:
         interim = slices.interim_out
         n = self.name
         if params.reset_after:
-            x_part = mat_mul(graph, x, self.w.inputs, body, options=self.mm, name=f"{n}/in")
-            h_part = mat_mul(graph, h, self.w.outputs, body, options=self.mm, name=f"{n}/rec")
+            x_part = self._on_state(mat_mul(graph, x, self.w.inputs, body, options=self.mm,
+                                            name=f"{n}/in"), h, body, f"{n}/in")
+            h_part = self._on_state(mat_mul(graph, h, self.w.outputs, body, options=self.mm,
+                                            name=f"{n}/rec"), h, body, f"{n}/rec")
             bias_ru = self.w.bias[:2 * h_size]
             rbias_ru = self.w.recurrent_bias[:2 * h_size]
             gates = _activate(graph, rec_act, ex._1 + ex._2 + ex._3 + ex._4,
@@ -239,18 +241,28 @@ class _Cell:
                                    candidate_recurrent], h_size, body, f"{n}/candidate")
         else:
             xh = concat([x, h], 1)
-            ru = mat_mul(graph, xh, self.w.ru, body, options=self.mm, name=f"{n}/ru")
+            ru = self._on_state(mat_mul(graph, xh, self.w.ru, body, options=self.mm,
+                                        name=f"{n}/ru"), h, body, f"{n}/ru")
             gates = _activate(graph, rec_act, ex._1 + ex._2, [ru, self.w.bias[:2 * h_size]],
                               h_size, body, f"{n}/gates")
             reset, update = gates[:, :h_size], gates[:, h_size:]
             self._attend(step, slices, update, body)
             reset_state = map(graph, ex._1 * ex._2, [reset, h], body, f"{n}/rh")
-            c_in = mat_mul(graph, concat([x, reset_state], 1), self.w.c, body, options=self.mm,
-                           name=f"{n}/c")
+            c_in = self._on_state(mat_mul(graph, concat([x, reset_state], 1), self.w.c, body,
+                                          options=self.mm, name=f"{n}/c"), h, body, f"{n}/c")
             candidate = _activate(graph, act, ex._1 + ex._2, [c_in, self.w.bias[2 * h_size:]],
                                   h_size, body, f"{n}/candidate")
             candidate_recurrent = None
         self._update(step, h, reset, update, candidate, candidate_recurrent, interim, slices, body)
+
+    def _on_state(self, units: Tensor, h: Tensor, body: Sequence, name: str) -> Tensor:
+        """A product's ``[B, k·H]`` result copied onto the state's tiles, each unit laid out as
+        the state (poplibs' ``rearrangeUnitsOutputFwd``: the cell's elementwise work then runs
+        where the state lives, and the product's output is free for the next step)."""
+        count = units.shape[1] // self.params.hidden_size
+        laid = self.graph.clone(concat([h] * count, 1), f"{name}_on_state")
+        body.add(Copy(units, laid))
+        return laid
 
     def _attend(self, step: TimeStep, slices: RnnSlice, update: Tensor, body: Sequence) -> None:
         if self.attention:
