@@ -6,9 +6,9 @@ want them, ``gru_fwd`` records the time loop once (its size does not depend on t
 length), and the engine plans every tile's memory before running.  The result is checked against
 the float64 reference, and the report shows the memory per tile and the cycles by kind — then the
 same layer is split into as many time shards as the target allows (each shard's steps on its own
-tiles), which gives the same numbers from fewer bytes on the busiest tile (its data, buffers and
-code; the fullest tile's address range ends in the interleaved region either way, where the
-matmul's partial sums lie).
+tiles), which gives the same numbers from fewer bytes of data on the busiest tile (the fullest
+tile's address range ends in the interleaved region either way, where the matmul's partial sums
+lie, and each shard's loop brings code of its own).
 """
 
 from __future__ import annotations
@@ -69,9 +69,10 @@ def main(sequence: int = 32, batch: int = 8, input_size: int = 64, hidden: int =
 
 
 def busiest_tile_bytes(engine: Engine) -> int:
-    """The most bytes any tile holds at its peak: always-live plus not-always-live peak."""
-    report = engine.report
-    return int((report.always_live_bytes + report.not_always_live_max_bytes).max())
+    """The most bytes of data any tile holds at its peak: its tensors and exchange buffers."""
+    footprint = engine.footprint
+    data = footprint.always_live["variable"] + footprint.always_live["constant"]
+    return int((data + footprint.not_always_live_peak).max())
 
 
 if __name__ == "__main__":
