@@ -220,7 +220,7 @@ def summarise(results: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str
                 figure, {"rows": 0, "sum_abs": 0.0, "worst": None, "within_10": 0})
             entry["rows"] += 1
             entry["sum_abs"] += abs(error)
-            entry["within_10"] += abs(error) <= 10.0
+            entry["within_10"] += round(abs(error), 9) <= 10.0  # 1.1 is 10.000000000000009 %
             if entry["worst"] is None or abs(error) > abs(entry["worst"][1]):
                 entry["worst"] = (result["name"], error)
     for by_figure in summary.values():

@@ -150,6 +150,8 @@ class Target(GrucModel):
         return cls.of(device_type, tiles_per_ipu=tiles_per_ipu, **overrides)
 
     def describe(self) -> str:
-        """One line for reports: ``ipu2: 1 x 1472 tiles x 638976 B``."""
-        return (f"{self.name}: {self.num_ipus} x {plural(self.tiles_per_ipu, 'tile')} x "
+        """One line for reports: ``ipu2: 1 x 1472 tiles x 638976 B`` (a custom target says
+        whose tiles it has: ``custom ipu1: ...``)."""
+        name = self.name if self.name == self.device_type else f"{self.name} {self.device_type}"
+        return (f"{name}: {self.num_ipus} x {plural(self.tiles_per_ipu, 'tile')} x "
                 f"{self.bytes_per_tile} B")

@@ -201,10 +201,9 @@ def build_fc(config: FcConfig) -> ProductLayer:
                 graph, layer, "bwd", grads, arranged, back,
                 {**bwd_options, "inputRHSIsPreArranged": True})
         if "wu" in passes:
-            scale = graph.add_constant(dtype, (1,), -LEARNING_RATE, "scale")
-            graph.set_tile_mapping(scale, 0)
+            # a float factor, as poplin's matMulAcc takes it: compiled into the vertex, no tensor
             _product(graph, layer, "wu", act.dim_shuffle((0, 2, 1)), grads, back, wu_options,
-                     acc=(weights, scale))
+                     acc=(weights, -LEARNING_RATE))
             if biases is not None:
                 summed = reduce(graph, grads, (1,), "add", back, name="bias_grad")
                 scaled_add_to(graph, biases, summed, -LEARNING_RATE, back, name="bias_update")

@@ -78,7 +78,7 @@ def test_one_tile_is_one_tile(tmp_path, capsys):
            "256", "--sequence-size", "2", "--backend", "numpy"]
     code, out, err = gruc(["gru", *one, "--compile-only", "--strict-memory"], capsys)
     assert code == 3
-    assert "custom: 1 x 1 tile x " in out and "fits              NO (1 tile over capacity)" in out
+    assert "custom ipu2: 1 x 1 tile x " in out and "fits              NO (1 tile over capacity)" in out
     assert err.rstrip().endswith("; 1 tile over capacity in all")
     code, out, _ = gruc(["trace", *SIZES, "--tiles-per-ipu", "4", "--backend", "numpy", "-o",
                          str(tmp_path / "t.json")], capsys)
