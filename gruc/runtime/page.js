@@ -206,11 +206,23 @@
         "%{customdata[2]}<extra></extra>",
     };
     const marks = [[DATA.interleavedStart, "interleaved region"], [DATA.capacity, "capacity"]];
+    // blocks of a few bytes are slivers on a 624 KiB axis: the map opens on the region in use
+    const whole = [0, Math.max(DATA.capacity, DATA.total[tile]) * 1.02];
+    const low = [0, Math.max(DATA.nonInterleavedEnd[tile], 1) * 1.02];
+    const high = [DATA.interleavedBase[tile], Math.max(DATA.total[tile],
+                                                        DATA.interleavedBase[tile] + 1)];
+    const hasHigh = DATA.total[tile] > DATA.interleavedBase[tile];
+    const views = [["non-interleaved region in use", low], ["whole tile", whole]];
+    if (hasHigh) views.splice(1, 0, ["interleaved region in use", high]);
     const layout = {
-      height: Math.min(1600, 120 + 18 * labels.length), margin: {l: 220, r: 20, t: 30, b: 50},
+      height: Math.min(1600, 150 + 18 * labels.length), margin: {l: 220, r: 20, t: 60, b: 50},
       barmode: "overlay", plot_bgcolor: "white", showlegend: false,
+      updatemenus: [{type: "buttons", direction: "right", x: 0, xanchor: "left", y: 1.02,
+                     yanchor: "bottom", pad: {b: 18}, showactive: true,
+                     buttons: views.map(([label, range]) => ({
+                       label: label, method: "relayout", args: [{"xaxis.range": range}]}))}],
       xaxis: {title: {text: "address (bytes from the tile's first)"}, tickformat: ".3~s",
-              range: [0, Math.max(DATA.capacity, DATA.total[tile]) * 1.02]},
+              range: low},
       yaxis: {categoryorder: "array", categoryarray: labels, autorange: "reversed",
               automargin: true},
       shapes: marks.map(([x]) => ({type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0,
