@@ -18,7 +18,6 @@ from gruc.plan.layer import PLAN_IGNORED, layer_step_counts
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
-from gruc.runtime.report import write_text_atomically
 from gruc.runtime.page import require_plotly
 from gruc.runtime.viz import StatusLine
 from gruc.text import first_paragraph

@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
 from gruc.runtime.viz import require_matplotlib, tile_grid

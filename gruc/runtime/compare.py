@@ -22,8 +22,7 @@ import numpy as np
 from gruc.errors import GrucFileError, GrucValueError
 from gruc.runtime.page import (figure_html, integer_axis, page_html, require_plotly, table_html,
                                tile_map_figure)
-from gruc.runtime.page_data import (ALWAYS_LIVE_LABEL, CATEGORIES, CATEGORY_COLOURS, GAPS,
-                                    NOT_ALWAYS_LIVE_LABEL)
+from gruc.runtime.page_data import ALWAYS_LIVE_LABEL, CATEGORIES, GAPS, NOT_ALWAYS_LIVE_LABEL
 
 MOST_READ = 512 * 1024 * 1024
 """The largest report read (an ipu2 training layer's is a few hundred KB)."""

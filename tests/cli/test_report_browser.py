@@ -16,7 +16,7 @@ from gruc.cli import main
 from gruc.popnn.gru_layer import GruLayerConfig, run_layer
 from gruc.runtime.browser import (browser_paths, chromium, console_errors, network_requests,
                                   open_page)
-from cli_helpers import SIZES, SMALL
+from cli_helpers import SIZES, SMALL, batch_reports
 
 pytestmark = pytest.mark.skipif(browser_paths() is None, reason="selenium, chromium and "
                                 "chromium-driver are not all installed (.ci/run installs them)")
@@ -129,12 +129,7 @@ def test_hovering_a_step_shows_its_live_bytes(browser, pages):
 
 
 def test_the_comparison_of_two_reports_shows_a_known_difference(browser, tmp_path):
-    paths = []
-    for batch in ("2", "4"):
-        argv = list(SMALL)
-        argv[argv.index("--batch-size") + 1] = batch
-        assert main(["gru", *argv, "--compile-only", "--profile", str(tmp_path / batch)]) == 0
-        paths.append(str(tmp_path / batch / "report.json"))
+    paths = batch_reports(tmp_path)
     assert main(["viz", "--compare", *paths, "-o", str(tmp_path / "compare.html")]) == 0
     a, b = (json.load(open(path)) for path in paths)
     before = next(v["bytes"] for v in a["variables"] if v["name"] == "gru/output")

@@ -20,7 +20,7 @@ from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
 from gruc.runtime.page_data import CATEGORIES, device_addresses, live_bytes, tile_categories
 from gruc.runtime.viz import StatusLine, dataflow_dot, tile_grid
-from cli_helpers import GRUC, SIZES, SMALL, gruc
+from cli_helpers import GRUC, SIZES, SMALL, batch_reports, gruc
 
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
                         tiles_per_ipu=16, backend="numpy")
@@ -230,15 +230,7 @@ def test_viz_and_trace_exit_1_when_the_check_fails(tmp_path, capsys):
 # ---- compare --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def two_reports(tmp_path_factory) -> tuple[str, str]:
-    """The small layer's report at batch 2 and at batch 4 (``gruc gru --profile``)."""
-    directory = tmp_path_factory.mktemp("compare")
-    paths = []
-    for batch in ("2", "4"):
-        argv = list(SMALL)
-        argv[argv.index("--batch-size") + 1] = batch
-        assert main(["gru", *argv, "--compile-only", "--profile", str(directory / batch)]) == 0
-        paths.append(str(directory / batch / "report.json"))
-    return paths[0], paths[1]
+    return batch_reports(tmp_path_factory.mktemp("compare"))
 
 
 def test_compare_shows_per_category_per_tile_and_variable_differences(two_reports, tmp_path,
