@@ -61,7 +61,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "`gruc plan` counts them; a saved module's are not counted)")
     parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
                         help="output file, - for stdout (default: report.html for html, stdout "
-                             "for dot)")
+                             "for dot, compare.html for --compare)")
     add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
@@ -110,9 +110,9 @@ def run(args: argparse.Namespace) -> int:
              and getattr(args, field) is not None]
     if args.input is not None and given:
         raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
-    output = args.output or DEFAULT_OUTPUT[args.format]
     if args.compare is not None:
-        return _compare(args, output)
+        return _compare(args, args.output or "compare.html")
+    output = args.output or DEFAULT_OUTPUT[args.format]
     if args.format == "html":
         require_plotly("the HTML report")
     if args.format == "dot":

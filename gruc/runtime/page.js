@@ -83,6 +83,16 @@
     return "step " + step + " (" + s.where + ": " + s.what + ")";
   }
 
+  // Whole-number axes (tiles, steps) tick on whole numbers only: plotly's own ticks fall on
+  // halves when a zoom leaves a few values, and "d" formatting then repeats labels.
+  function integerTicks(span) {
+    for (let power = 1; ; power *= 10) {
+      for (const base of [1, 2, 5]) {
+        if (span / (base * power) <= 12) return {tick0: 0, dtick: base * power, tickformat: "d"};
+      }
+    }
+  }
+
   // ---- charts of every tile, the busiest of each bin when there are more tiles than pixels ---
   function binned(lo, hi, weight) {
     const tiles = [];
@@ -116,7 +126,7 @@
     }
     const layout = {
       height: 380, margin: {l: 70, r: 20, t: 10, b: 50}, hovermode: "x unified",
-      xaxis: {title: {text: "tile"}, tickformat: "d", range: [-0.5, n - 0.5]},
+      xaxis: {title: {text: "tile"}, range: [-0.5, n - 0.5], ...integerTicks(n)},
       yaxis: {title: {text: yTitle}, rangemode: "tozero", tickformat: ".3~s"},
       legend: {orientation: "h", y: -0.2}, shapes: ipuLines, plot_bgcolor: "white",
     };
@@ -135,6 +145,7 @@
         hi = Math.min(n, Math.ceil(change["xaxis.range[1]"]) + 1);
       } else if (!change["xaxis.autorange"]) return;
       drawing = true;
+      Object.assign(element.layout.xaxis, integerTicks(hi - lo));
       Plotly.react(element, traces(lo, hi), element.layout).then(() => { drawing = false; });
     });
     element.on("plotly_click", (event) => openTile(event.points[0].x));
@@ -285,7 +296,7 @@
                     band("message (landing buffers)", message, colourOf.message)];
     const layout = {height: 320, margin: {l: 70, r: 20, t: 30, b: 50}, hovermode: "x unified",
                     title: {text: "Tile " + tile + ": bytes live at each step", font: {size: 13}},
-                    xaxis: {title: {text: "program step"}, tickformat: "d"},
+                    xaxis: {title: {text: "program step"}, ...integerTicks(steps.length)},
                     yaxis: {title: {text: "bytes"}, tickformat: ".3~s", rangemode: "tozero"},
                     legend: {orientation: "h", y: -0.25}, plot_bgcolor: "white"};
     for (const [id, infoId] of charts) {
