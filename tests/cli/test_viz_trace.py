@@ -366,6 +366,7 @@ def test_gru_shows_what_it_is_doing_on_a_terminal(monkeypatch, capsys):
     (["viz", "--compare", "a.json", "b.json", "--batch-size", "3", "--compile-only"],
      ["--compare reads two saved reports", "--batch-size", "--compile-only"]),
     (["viz", "--compare", "a.json", "b.json", "--format", "dot"], ["drop --format"]),
+    (["viz", "--compare", "a.json", "b.json", "--input", "m.gruc"], ["drop --input"]),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a case that wrongly succeeds writes its default file here
