@@ -18,8 +18,8 @@ from gruc.plan.layer import PLAN_IGNORED, layer_step_counts
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
-from gruc.runtime.report import write_text_atomically
-from gruc.runtime.viz import StatusLine, html_report, require_matplotlib
+from gruc.runtime.page import require_plotly
+from gruc.runtime.viz import StatusLine
 from gruc.text import first_paragraph
 
 
@@ -180,6 +180,14 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
     return engine
 
 
+def layer_title(config: GruLayerConfig) -> str:
+    """The title of a layer's report page, the same from ``gruc gru --profile`` and ``gruc
+    viz``."""
+    return (f"gruc: GRU layer S={config.sequence_size} B={config.batch_size} "
+            f"I={config.input_size} H={config.output_size} {config.data_type} "
+            f"phase={config.phase}")
+
+
 def _print_failures(result: LayerRun) -> None:
     """A line per failing tensor — how many elements fail, and its worst difference against its
     own magnitude (what an element-wise check cannot say of large values) — and, where the
@@ -200,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     check against the float64 reference fails, so scripts can tell."""
     config = config_from(args)
     if args.profile:
-        require_matplotlib("--profile's HTML report")
+        require_plotly("--profile's HTML report")
     print(f"GRU layer: S={config.sequence_size} B={config.batch_size} I={config.input_size} "
           f"H={config.output_size} {config.data_type} phase={config.phase}"
           + (" reset_after" if config.reset_after else "")
@@ -231,8 +239,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         engine.report.to_json(os.path.join(args.profile, "report.json"))
-        write_text_atomically(os.path.join(args.profile, "report.html"),
-                              html_report(engine, title="gruc gru"))
+        engine.report.to_html(os.path.join(args.profile, "report.html"), layer_title(config))
         if not args.compile_only:  # no run, no trace
             engine.write_trace(os.path.join(args.profile, "trace.json"))
         print(f"profile           {args.profile}/report.json, report.html"

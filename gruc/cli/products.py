@@ -13,8 +13,8 @@ from gruc.cli.gru import _bool
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan.static import plan_program
-from gruc.runtime.report import Report, write_text_atomically
-from gruc.runtime.viz import StatusLine, html_report
+from gruc.runtime.report import Report
+from gruc.runtime.viz import StatusLine
 from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
 
 COMMON_FLAGS = [
@@ -99,11 +99,11 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
             status.show("compiling ...")
             report = plan_program(layer.graph, layer.programs, runs=layer.runs,
                                   memory_model=config.memory_model)
-            engine, result = None, None
+            result = None
         else:
             status.show("compiling and running on the simulated IPU ...")
             result = run_product_layer(layer)
-            engine, report = result.engine, result.engine.report
+            report = result.engine.report
     for name, plan in layer.plans.items():
         print(f"plan {name:<12} {plan.describe()}")
     report.print_summary()
@@ -111,7 +111,7 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
     print(f"build             {built:.3f} s"
           + ("" if result is None else f"; run {result.run_seconds:.3f} s"))
     if args.profile:
-        _write_profile(args.profile, report, engine, title)
+        _write_profile(args.profile, report, title)
     if result is None or not result.checked:
         if result is not None:
             print("check             none: nothing written or read back (--ignore-data)")
@@ -124,12 +124,10 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
     return 0 if result.passed else 1
 
 
-def _write_profile(directory: str, report: Report, engine, title: str) -> None:
+def _write_profile(directory: str, report: Report, title: str) -> None:
+    """``report.json`` and the report page; a plan-only report's page has no program tree and
+    no trace (nothing was lowered or run)."""
     os.makedirs(directory, exist_ok=True)
     report.to_json(os.path.join(directory, "report.json"))
-    written = "report.json"
-    if engine is not None:
-        write_text_atomically(os.path.join(directory, "report.html"),
-                              html_report(engine, title=title))
-        written += ", report.html"
-    print(f"profile           {directory}/{written}")
+    report.to_html(os.path.join(directory, "report.html"), title)
+    print(f"profile           {directory}/report.json, report.html")

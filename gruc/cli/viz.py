@@ -1,4 +1,5 @@
-"""``gruc viz``: one self-contained HTML report of a program, or its dataflow graph as DOT.
+"""``gruc viz``: one self-contained, interactive HTML report of a program, its dataflow graph as
+DOT, or a comparison of two saved reports.
 
 The program is the GRU layer of ``gruc gru``'s flags (built, compiled, run and checked: the exit
 code is 1 if the check fails), or a saved module given with ``--input`` (text IR or JSON), which is
@@ -6,8 +7,11 @@ compiled and run once on zeroed tensors so the report has each step's executions
 whose loops depend on its data is better shown with ``--compile-only``).  Both formats show the
 program as compiled — by the engine's default pipeline, or by ``--pipeline`` ('' for the program
 as built) — so the DOT graph's step numbers are the report's.  The report
-(:func:`gruc.runtime.viz.html_report`) has the memory per tile by category, the tile map, liveness
-over the program steps, the busiest tiles, the program tree and the per-step cycles.
+(:mod:`gruc.runtime.page`) has the memory per tile by category, the tile map with a page per
+tile, liveness over the program steps, the program tree, the cycles per step and per tile and the
+BSP trace.  ``--compare A.json B.json`` compares two saved reports (``report.json`` of ``gruc gru
+--profile``, or ``Report.to_json``) instead: per category, per tile, and which variables moved
+(:mod:`gruc.runtime.compare`).
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ import argparse
 import sys
 
 from gruc.cli.gru import (FLAGS, add_layer_flags, add_strict_memory_flag, compiled_only,
-                          config_from)
+                          config_from, layer_title)
 from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.program import fewest_executions
 from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
-from gruc.runtime.viz import StatusLine, dataflow_dot, html_report, require_matplotlib
+from gruc.runtime.compare import compare_html, load_report
+from gruc.runtime.page import require_plotly
+from gruc.runtime.viz import StatusLine, dataflow_dot
 from gruc.text import first_paragraph
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}
@@ -42,6 +48,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "stdin) instead of the GRU layer; of the layer flags only --backend may "
                         "go with it (as may --format, --pipeline, --compile-only, "
                         "--strict-memory and -o)")
+    parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                        help="compare two saved reports (report.json of gruc gru --profile) "
+                             "instead of reporting on a program; only -o goes with it")
     parser.add_argument("--format", choices=("html", "dot"), default="html",
                         help="html report or DOT dataflow graph (default: html)")
     parser.add_argument("--pipeline", metavar="PIPELINE",
@@ -52,7 +61,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "`gruc plan` counts them; a saved module's are not counted)")
     parser.add_argument("-o", "--output", metavar="OUT", type=output_file,
                         help="output file, - for stdout (default: report.html for html, stdout "
-                             "for dot)")
+                             "for dot, compare.html for --compare)")
     add_strict_memory_flag(parser)
     parser.set_defaults(run=run)
 
@@ -64,8 +73,7 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
     if args.input is None:
         status.show("building the layer ...")
         layer = build_layer(config)
-        title = (f"gruc GRU layer S={config.sequence_size} B={config.batch_size} "
-                 f"I={config.input_size} H={config.output_size} {config.data_type}")
+        title = layer_title(config)
         if args.compile_only:
             status.show("compiling ...")
             return title, compiled_only(config, layer, args.pipeline, args.strict_memory), True
@@ -87,7 +95,12 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
-    return f"gruc module {args.input}", engine, True
+    return module_title(args.input), engine, True
+
+
+def module_title(path: str) -> str:
+    """The page title of a saved module's report (``--input -``: from standard input)."""
+    return "gruc: module from standard input" if path == STDIO else f"gruc: module {path}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
              and getattr(args, field) is not None]
     if args.input is not None and given:
         raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
+    if args.compare is not None:
+        return _compare(args, args.output or "compare.html")
     output = args.output or DEFAULT_OUTPUT[args.format]
     if args.format == "html":
-        require_matplotlib("the HTML report")
+        require_plotly("the HTML report")
     if args.format == "dot":
         if args.input is not None:
             module = read_module(args.input)
@@ -113,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     with StatusLine() as status:
         title, engine, passed = _engine(args, status)
         status.show("drawing the report ...")
-        page = html_report(engine, title)
+        page = engine.report.to_html(title=title)
     write_output(page, output)
     # with the page on stdout, the summary goes to stderr so the HTML stays clean
     out = sys.stderr if output == STDIO else sys.stdout
@@ -121,3 +136,24 @@ def run(args: argparse.Namespace) -> int:
     if not passed:
         print("check             FAILED against the float64 reference", file=out)
     return 0 if passed else 1
+
+
+def _compare(args: argparse.Namespace, output: str) -> int:
+    """The comparison page of two saved reports; every other flag is refused, since nothing is
+    built or run."""
+    given = [flag for flag, field, _, _ in FLAGS if getattr(args, field) is not None]
+    given += [flag for flag, value in (("--input", args.input), ("--pipeline", args.pipeline))
+              if value is not None]
+    given += [flag for flag, value in (("--compile-only", args.compile_only),
+                                       ("--strict-memory", args.strict_memory),
+                                       ("--format", args.format != "html")) if value]
+    if given:
+        raise GrucValueError(f"--compare reads two saved reports and builds nothing; drop "
+                             f"{', '.join(given)}")
+    require_plotly("the comparison page")
+    first, second = args.compare
+    page = compare_html(load_report(first), load_report(second), (first, second))
+    write_output(page, output)
+    out = sys.stderr if output == STDIO else sys.stdout
+    print(f"comparison        {output} ({len(page) / 1024:.1f} KiB)", file=out)
+    return 0

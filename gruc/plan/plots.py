@@ -4,8 +4,15 @@
   memory with a line at the bytes per tile, total memory (always-live plus not-always-live peak)
   with a line at the system's memory, exchange bytes, and cycles by kind — one line per
   combination of the other swept flags (Graphcore's ``plot_metric_variation`` layout).
-* :func:`plot_tile_heatmap`: one configuration's memory per tile on a grid of tiles, scaled to the
-  tile capacity, with the tiles over capacity marked.
+* :func:`plot_tile_heatmap`: one configuration's memory per tile on the grid of tiles of the
+  report page's tile map (:func:`gruc.runtime.viz.tile_grid`, one block of rows per IPU), coloured
+  on a scale fitted to the data, with the tiles over capacity marked.
+
+Readable at any scale: an axis whose values span more than two decades is logarithmic (a
+find-max doubles its flag from 1 into the thousands; a capacity line far above the data would
+otherwise flatten it), a linear one is used otherwise; integer axes tick on integers only; a
+capacity line is drawn where it is on the scale and named with its value either way; legends sit
+outside the panels.
 
 Figures are drawn on :class:`~matplotlib.figure.Figure` objects with an Agg canvas rather than
 through ``pyplot``, so plotting never changes a caller's matplotlib backend or global state.
@@ -13,21 +20,19 @@ through ``pyplot``, so plotting never changes a caller's matplotlib backend or g
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from gruc.errors import GrucValueError
 from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
-from gruc.runtime.viz import require_matplotlib
+from gruc.runtime.viz import require_matplotlib, tile_grid
 from gruc.text import plural
 
 PANELS = (
-    ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "bytes per tile"),
+    ("max_tile_bytes", "max tile memory (B)", "bytes_per_tile", "tile capacity"),
     ("total_bytes", "always-live + not-always-live peak (B)", "total_capacity",
      "total capacity"),
     ("exchange_bytes", "exchange (B)", None, None),
@@ -35,7 +40,10 @@ PANELS = (
     ("cycles_exchange", "exchange cycles", None, None),
     ("cycles_sync", "sync cycles", None, None),
 )
-"""(metric, axis label, capacity column, capacity label) of each panel."""
+"""(metric, axis label, capacity column, capacity name) of each panel."""
+
+DECADES = 100
+"""Values whose largest is more than this times their smallest (positive) get a log axis."""
 
 
 def _figure(width: float, height: float):
@@ -80,91 +88,151 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def spans_decades(values: Sequence[float]) -> bool:
+    """Whether positive ``values`` span more than :data:`DECADES` (a log axis shows them)."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) > DECADES * min(positive)
+
+
+def _integer_ticks(axis, log: bool) -> None:
+    """Ticks on whole numbers only (no tile row 0.5, no 2.5 shards), written out in full on a
+    log axis too."""
+    from matplotlib.ticker import LogLocator, MaxNLocator, ScalarFormatter
+
+    if log:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        formatter = ScalarFormatter()
+        formatter.set_scientific(False)
+        axis.set_major_formatter(formatter)
+        axis.set_minor_locator(LogLocator(base=10, subs="auto", numticks=12))
+    else:
+        axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: Sequence[str]):
+    """The figure of every metric against swept flag ``parameter`` (one line per combination
+    of the other flags; rows with an error left out by the caller)."""
+    others = [p for p in parameters if p != parameter]
+    values = list(dict.fromkeys(_label(r[parameter]) for r in rows))
+    numeric = all(_is_number(r[parameter]) for r in rows)
+    integer = numeric and all(isinstance(r[parameter], int) for r in rows)
+    log_x = numeric and spans_decades([r[parameter] for r in rows])
+    series: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        name = ", ".join(f"{p}={_label(row[p])}" for p in others) or "all"
+        series.setdefault(name, []).append(row)
+    figure = _figure(12, 10)
+    axes = figure.subplots(3, 2).ravel()
+    colours = _colours(len(series))
+    for ax, (metric, label, capacity, capacity_name) in zip(axes, PANELS):
+        drawn = []
+        for (name, members), colour in zip(series.items(), colours):
+            members = sorted(members, key=lambda r: r[parameter] if numeric
+                             else values.index(_label(r[parameter])))
+            xs = ([r[parameter] for r in members] if numeric
+                  else [values.index(_label(r[parameter])) for r in members])
+            ys = [_metric(r, metric) for r in members]
+            drawn += ys
+            ax.plot(xs, ys, marker="o", label=name, color=colour)
+        log_y = spans_decades(drawn)
+        if capacity is not None:
+            limit = rows[0][capacity]
+            text = f"{capacity_name} {limit:,} B"
+            if max(drawn, default=0) >= limit / 4 or log_y:  # on a readable scale
+                ax.axhline(limit, color="red", linestyle="--", label=text)
+            else:  # named where it would be, without flattening the data under it
+                ax.text(0.01, 0.98, f"{text} (far above the data)", transform=ax.transAxes,
+                        va="top", fontsize="small", color="red")
+        if log_y:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        if log_x:
+            ax.set_xscale("log")
+        if integer:
+            _integer_ticks(ax.xaxis, log_x)
+        if not numeric:
+            ax.set_xticks(range(len(values)), values, rotation=30)
+        ax.set_xlabel(parameter)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if len(series) <= MAX_LEGEND_ENTRIES:
+        handles, labels = axes[0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="outside lower center", fontsize="small",
+                      ncols=min(4, len(labels)))
+    figure.suptitle(f"GRU layer plan: metrics against {parameter}")
+    return figure
+
+
 def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
                  directory: str | os.PathLike) -> list[Path]:
-    """Write ``metrics-<flag>.png`` for each swept flag; rows with an error are left out (none
-    left: no plots).  Each combination of the other flags is a line of its own colour, named in
-    a legend under the panels."""
+    """Write ``metrics-<flag>.png`` for each swept flag (:func:`metrics_figure`); rows with an
+    error are left out (none left: no plots)."""
     rows = [r for r in rows if not r.get("error")]
     if not rows:
         return []
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for parameter in parameters:
-        others = [p for p in parameters if p != parameter]
-        values = list(dict.fromkeys(_label(r[parameter]) for r in rows))
-        numeric = all(_is_number(r[parameter]) for r in rows)
-        series: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
-            name = ", ".join(f"{p}={_label(row[p])}" for p in others) or "all"
-            series.setdefault(name, []).append(row)
-        figure = _figure(12, 10)
-        axes = figure.subplots(3, 2).ravel()
-        colours = _colours(len(series))
-        for ax, (metric, label, capacity, capacity_label) in zip(axes, PANELS):
-            for (name, members), colour in zip(series.items(), colours):
-                members = sorted(members, key=lambda r: r[parameter] if numeric
-                                 else values.index(_label(r[parameter])))
-                xs = ([r[parameter] for r in members] if numeric
-                      else [values.index(_label(r[parameter])) for r in members])
-                ax.plot(xs, [_metric(r, metric) for r in members], marker="o", label=name,
-                        color=colour)
-            if capacity is not None:
-                ax.axhline(rows[0][capacity], color="red", linestyle="--", label=capacity_label)
-                ax.set_yscale("log")  # the data stay visible however far below capacity
-            if not numeric:
-                ax.set_xticks(range(len(values)), values, rotation=30)
-            ax.set_xlabel(parameter)
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-        if len(series) <= MAX_LEGEND_ENTRIES:
-            handles, labels = axes[0].get_legend_handles_labels()
-            figure.legend(handles, labels, loc="outside lower center", fontsize="small",
-                          ncols=min(4, len(labels)))
-        figure.suptitle(f"GRU layer plan: metrics against {parameter}")
-        written.append(_save(figure, directory / f"metrics-{parameter}.png"))
-    return written
+    return [_save(metrics_figure(rows, parameter, parameters),
+                  directory / f"metrics-{parameter}.png") for parameter in parameters]
 
 
-def tile_grid(values: np.ndarray) -> np.ndarray:
-    """Per-tile values laid on a near-square grid (row-major, padded with NaN)."""
-    count = len(values)
-    columns = max(1, math.ceil(math.sqrt(count)))
-    grid = np.full(columns * math.ceil(count / columns), np.nan)
-    grid[:count] = values
-    return grid.reshape(-1, columns)
+def heatmap_grid(values: np.ndarray, tiles_per_ipu: int) -> np.ndarray:
+    """Per-tile values on the report page's tile map grid: each IPU's tiles in rows of
+    :func:`~gruc.runtime.viz.tile_grid`'s columns, IPUs one under the other, NaN where an IPU's
+    grid has no tile."""
+    rows, columns = tile_grid(tiles_per_ipu)
+    num_ipus = max(len(values) // tiles_per_ipu, 1)
+    grid = np.full((num_ipus, rows * columns), np.nan)
+    grid[:, :tiles_per_ipu] = np.asarray(values, dtype=float).reshape(num_ipus, tiles_per_ipu)
+    return grid.reshape(num_ipus * rows, columns)
+
+
+def heatmap_figure(plan: LayerPlan):
+    """Memory per tile (total including gaps) of one planned configuration, on the tile map's
+    grid, on a colour scale from the least to the most any tile holds (a scale pinned to the
+    capacity paints every tile alike at a few percent use); tiles over capacity crossed."""
+    from matplotlib import colormaps
+
+    report = plan.report
+    target = report.target
+    totals = report.total_bytes.astype(float)
+    grid = heatmap_grid(totals, target.tiles_per_ipu)
+    rows, columns = tile_grid(target.tiles_per_ipu)
+    figure = _figure(float(np.clip(3 + columns * 0.2, 6, 13)),
+                     float(np.clip(2.5 + grid.shape[0] * 0.2, 4, 12)))
+    ax = figure.subplots()
+    low = float(totals.min()) if len(totals) else 0.0
+    high = float(totals.max()) if len(totals) else 0.0
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=colormaps["viridis"].with_extremes(
+        bad="white"), vmin=low, vmax=high if high > low else low + 1, aspect="equal",
+        interpolation="nearest")
+    figure.colorbar(image, ax=ax, label="bytes per tile (total including gaps)", shrink=0.8)
+    for ipu in range(1, target.num_ipus):
+        ax.axhline(ipu * rows - 0.5, color="black", linewidth=1)
+    over = [o.tile for o in report.tiles_over_capacity]
+    if over:
+        ipu, local = np.divmod(np.asarray(over), target.tiles_per_ipu)
+        ax.scatter(local % columns, ipu * rows + local // columns, marker="x", color="red",
+                   label=f"{plural(len(over), 'tile')} over capacity")
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize="small")
+    config = plan.config
+    ax.set_title(f"S={config.sequence_size} B={config.batch_size} I={config.input_size} "
+                 f"H={config.output_size} {config.data_type}, "
+                 f"{plural(plan.layer.num_shards, 'shard')}, {target.describe()}\nmax tile "
+                 f"{report.max_tile_bytes:,} B of {target.bytes_per_tile:,} B "
+                 f"({100 * report.max_tile_bytes / target.bytes_per_tile:.1f}%); tile = IPU x "
+                 f"{target.tiles_per_ipu} + row x {columns} + column", fontsize="medium")
+    _integer_ticks(ax.xaxis, False)
+    _integer_ticks(ax.yaxis, False)
+    ax.set_xlabel("column")
+    ax.set_ylabel("row" if target.num_ipus == 1 else f"row (IPUs of {rows} rows, top down)")
+    return figure
 
 
 def plot_tile_heatmap(plan: LayerPlan, path: str | os.PathLike) -> Path:
-    """Memory per tile (total including gaps) of one planned configuration."""
-    report = plan.report
-    target = report.target
-    grid = tile_grid(report.total_bytes.astype(float))
-    figure = _figure(9, 7)
-    from matplotlib.ticker import MaxNLocator
-
-    ax = figure.subplots()
-    image = ax.imshow(grid, cmap="viridis", vmin=0,
-                      vmax=max(target.bytes_per_tile, report.max_tile_bytes), aspect="auto",
-                      interpolation="nearest")
-    figure.colorbar(image, ax=ax, label="bytes (capacity = top of the scale)")
-    over = [o.tile for o in report.tiles_over_capacity]
-    if over:
-        columns = grid.shape[1]
-        ax.scatter([t % columns for t in over], [t // columns for t in over], marker="x",
-                   color="red", label=f"{plural(len(over), 'tile')} over capacity")
-        ax.legend(loc="upper right")
-    config = plan.config
-    ax.set_title(f"S={config.sequence_size} B={config.batch_size} I={config.input_size} "
-                 f"H={config.output_size} {config.data_type}, {plural(plan.layer.num_shards, 'shard')} on "
-                 f"{target.describe()}\nmax tile {report.max_tile_bytes} B of "
-                 f"{target.bytes_per_tile} B", fontsize="medium")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f"tile mod {grid.shape[1]}")
-    ax.set_ylabel(f"tile // {grid.shape[1]}")
-    return _save(figure, Path(path))
+    """Write :func:`heatmap_figure` of one planned configuration to ``path``."""
+    return _save(heatmap_figure(plan), Path(path))
 
 
 def _save(figure, path: Path) -> Path:

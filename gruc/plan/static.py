@@ -33,6 +33,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.passes.steps import Step
 from gruc.runtime.engine import CompiledProgram, compile_program
+from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.report import Report
 
 
@@ -242,7 +243,7 @@ def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -
     """The report of ``compiled`` as if its steps had run ``counts`` times."""
     plan = compiled.plan
     return Report(compiled.module.graph.target, compiled.footprint, plan.liveness.steps,
-                  compiled.costs, counts, seconds)
+                  compiled.costs, counts, seconds, ReportDetails(compiled.module, plan))
 
 
 def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[int] = (0,),

@@ -35,6 +35,7 @@ from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.footprint import MEMORY_MODELS, Footprint, memory_footprint
+from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
 from gruc.runtime.report import Report, memory_lines, overflow_lines
@@ -194,8 +195,13 @@ class Engine:
     @cached_property
     def report(self) -> Report:
         """Memory, exchange and cycles; its step counts follow the runs made so far."""
+        details = ReportDetails(self.module, self.plan, self.executable, self._trace_if_run)
         return Report(self.module.graph.target, self.footprint, self.plan.liveness.steps,
-                      self.costs, self.interpreter.step_counts, self.compile_seconds)
+                      self.costs, self.interpreter.step_counts, self.compile_seconds, details)
+
+    def _trace_if_run(self) -> dict | None:
+        """The trace of the last run, None before any (the report page then says so)."""
+        return None if self._last_program is None else self.chrome_trace()
 
     @property
     def printed(self) -> list[tuple[str, np.ndarray]]:

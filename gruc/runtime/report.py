@@ -19,7 +19,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, TextIO
+from typing import IO, TYPE_CHECKING, Any, Iterator, TextIO
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from gruc.runtime.cost import StepCost
 from gruc.runtime.footprint import Footprint
 from gruc.target import Target
 from gruc.text import plural
+
+if TYPE_CHECKING:
+    from gruc.runtime.page_data import ReportDetails
 
 
 @dataclass(frozen=True)
@@ -216,8 +219,12 @@ class Report:
     """Memory, exchange and cycle figures of a compiled (and maybe run) program."""
 
     def __init__(self, target: Target, footprint: Footprint, steps: tuple[Step, ...],
-                 costs: tuple[StepCost, ...], step_counts: np.ndarray, compile_seconds: float) -> None:
+                 costs: tuple[StepCost, ...], step_counts: np.ndarray, compile_seconds: float,
+                 details: "ReportDetails | None" = None) -> None:
         self.target = target
+        self.details = details
+        """The compiled module and plan behind the figures (and from an engine its program tree
+        and trace): what the page and the JSON's variables are made from."""
         self.footprint = footprint
         self.steps = steps
         self.costs = costs
@@ -370,11 +377,33 @@ class Report:
                        "exchange_bytes": c.exchange_bytes}
                       for s, c, n in zip(self.steps, self.costs, self.step_counts.tolist())],
             "compile_seconds": self.compile_seconds,
+            **({} if self.details is None else {"variables": self._variables()}),
         }
+
+    def _variables(self) -> list[dict[str, Any]]:
+        """Every variable holding memory, with its bytes, liveness and placement: what ``gruc
+        viz --compare`` needs to say which variables moved between two reports."""
+        from gruc.runtime.page_data import variable_rows
+
+        return variable_rows(self.details.module, self.details.plan)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The report as JSON text; written atomically to ``path`` if given."""
         text = json.dumps(self.to_dict(), indent=1, sort_keys=True)
+        if path is not None:
+            write_text_atomically(path, text)
+        return text
+
+    def to_html(self, path: str | os.PathLike | None = None, title: str = "gruc report") -> str:
+        """The interactive report page (:mod:`gruc.runtime.page`): one self-contained HTML file
+        that opens offline; written atomically to ``path`` if given.  A report made without its
+        program (``details`` None) has nothing to draw a tile's page from and is refused."""
+        if self.details is None:
+            raise GrucValueError("this report was made without its compiled program, so it has "
+                                 "no page: build it with an Engine or gruc.plan.plan_program")
+        from gruc.runtime.page import html_report
+
+        text = html_report(self, self.details, title)
         if path is not None:
             write_text_atomically(path, text)
         return text

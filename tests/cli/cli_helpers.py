@@ -12,6 +12,18 @@ BUILT = [*SIZES, "--tiles-per-ipu", "16"]
 SMALL = [*BUILT, "--backend", "numpy"]
 
 
+def batch_reports(directory: Path) -> tuple[str, str]:
+    """The small layer's saved report (``gruc gru --compile-only --profile``) at batch 2 and at
+    batch 4, in ``directory``: two reports whose comparison has known differences."""
+    paths = []
+    for batch in ("2", "4"):
+        argv = list(SMALL)
+        argv[argv.index("--batch-size") + 1] = batch
+        assert main(["gru", *argv, "--compile-only", "--profile", str(directory / batch)]) == 0
+        paths.append(str(directory / batch / "report.json"))
+    return paths[0], paths[1]
+
+
 def gruc(argv, capsys) -> tuple[int, str, str]:
     """Run ``gruc argv`` in process: exit code (argparse's SystemExit included), stdout, stderr."""
     try:

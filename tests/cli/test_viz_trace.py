@@ -1,31 +1,39 @@
-"""``gruc viz`` and ``gruc trace``: the HTML report (also opened in headless Chromium), its
-numbers, the DOT output, the Chrome trace at ipu2 scale, the status line, and bad input."""
+"""``gruc viz`` and ``gruc trace``: the HTML report (its views, its embedded data and its
+numbers; the browser tests are in ``test_report_browser.py``), comparing two saved reports, the
+DOT output, the Chrome trace at ipu2 scale, the status line, and bad input."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import re
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 from gruc.cli import main
+from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.printer import print_module
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
-from gruc.runtime.viz import CATEGORIES, StatusLine, dataflow_dot, memory_views, tile_grid
-from cli_helpers import GRUC, SIZES, SMALL, gruc
+from gruc.runtime.page_data import CATEGORIES, device_addresses, live_bytes, tile_categories
+from gruc.runtime.viz import StatusLine, dataflow_dot, tile_grid
+from cli_helpers import GRUC, SIZES, SMALL, batch_reports, gruc
 
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
                         tiles_per_ipu=16, backend="numpy")
-IMAGES = ("memory-chart", "tile-heatmap", "liveness-chart", "tile-cycles-chart",
-          "cycles-chart")
+SECTIONS = ("summary", "memory", "tile-map", "tile-page", "liveness", "program", "steps",
+            "tile-cycles", "trace")
 
+
+def page_data_of(page: str) -> dict:
+    """The JSON island a report page embeds (what its script draws from)."""
+    match = re.search(r'<script type="application/json" id="gruc-data">(.*?)</script>', page,
+                      re.S)
+    assert match, "no data island"
+    return json.loads(match.group(1).replace("<\\/", "</"))
 
 
 @pytest.fixture(scope="module")
@@ -38,56 +46,132 @@ def report_html(tmp_path_factory) -> str:
 # ---- the HTML report ------------------------------------------------------------------------
 def test_viz_report_has_every_view_and_is_self_contained(report_html):
     page = open(report_html).read()
-    for anchor in ("summary", "memory", "tile-map", "busiest", "liveness", "program",
-                   "tile-cycles", "steps"):
-        assert f'<section id="{anchor}">' in page
-    for image in IMAGES:
-        match = re.search(rf'<img id="{image}" alt="[^"]*" src="data:image/png;base64,([^"]+)"',
-                          page)
-        assert match, image
-        png = base64.b64decode(match.group(1), validate=True)
-        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
-    assert not re.search(r'(src|href)="(?!data:|#)', page), "a resource outside the page"
-    assert "<script" not in page
-    assert 'id="program-tree"' in page and 'id="compute-sets"' in page
+    for anchor in SECTIONS:
+        assert re.search(rf'<section id="{anchor}"( hidden)?>', page), anchor
+    for chart in ("memory-chart", "tile-heatmap", "liveness-chart", "tile-liveness-chart",
+                  "steps-chart", "tile-cycles-chart", "trace-chart", "tile-memory-map"):
+        assert f'id="{chart}"' in page, chart
+    assert page.count("plotly.js v") >= 1 and "Plotly.newPlot" in page  # the library, inlined
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)  # the HTML itself
+    assert not re.search(r'(src|href)="(?!data:|#)', markup), "a resource outside the page"
+    assert not re.search(r"<script[^>]+src=", page) and "<link" not in markup
+    data = page_data_of(page)
+    assert data["title"] == "gruc: GRU layer S=3 B=2 I=8 H=8 float phase=fwd"
+    assert f"<title>{data['title']}</title>" in page
+    assert [c["name"] for c in data["categories"]] == list(CATEGORIES)
+    assert data["trace"] is not None and data["ran"] is True
+
+
+def _steps_in(tree: list) -> list[int]:
+    found = []
+    for node in tree:
+        found += [node] if isinstance(node, int) else _steps_in(node["c"])
+    return found
 
 
 def test_program_tree_and_step_table_name_every_step_once(report_html):
     page = open(report_html).read()
+    data = page_data_of(page)
     engine = run_layer(CONFIG).engine
     steps = engine.plan.liveness.steps
-    tree = page[page.index('id="program-tree"'):page.index('<section id="steps">')]
-    assert sorted(int(k) for k in re.findall(r'class="step">step (\d+)<', tree)) == \
-        list(range(len(steps)))
-    assert "<summary>repeat 3</summary>" in tree
+    assert sorted(_steps_in(data["tree"])) == list(range(len(steps)))
+    assert any(node["t"] == "repeat 3" for node in data["tree"][0]["c"] if isinstance(node, dict))
     table = page[page.index('id="compute-sets"'):]
-    rows = re.findall(r"<tr><td>(\d+)</td><td class=\"text\">[^<]*</td><td class=\"text\">"
-                      r"[^<]*</td><td>(\d+)</td>", table)
+    rows = re.findall(r'<tr><td class="text"><a href="#step=(\d+)" data-step="\d+">\d+</a></td>'
+                      r'<td class="text">[^<]*</td><td class="text">[^<]*</td><td>([\d,]+)</td>',
+                      table)
     counts = engine.report.step_counts.tolist()
-    assert [(int(k), int(n)) for k, n in rows] == list(enumerate(counts))
+    assert [(int(k), int(n.replace(",", ""))) for k, n in rows] == list(enumerate(counts))
+    assert [s["executions"] for s in data["steps"]] == counts
     assert max(counts) == 3  # the loop body ran once per time step
 
 
-def test_memory_views_add_up_and_match_the_liveness():
+def test_page_data_adds_up_and_matches_the_liveness():
     engine = run_layer(CONFIG).engine
-    plan, liveness = engine.plan, engine.plan.liveness
-    views = memory_views(engine)
-    assert set(views.by_category) == set(CATEGORIES)
-    footprint = engine.footprint
-    assert np.array_equal(sum(views.by_category.values()), footprint.total_including_gaps)
-    assert all((views.by_category[c] >= 0).all() for c in CATEGORIES)
-    assert np.array_equal(views.by_category["tensors (always-live)"] + views.by_category["code"]
-                          + views.by_category["vertex state"], footprint.always_live_bytes)
+    plan, liveness, footprint = engine.plan, engine.plan.liveness, engine.footprint
+    categories = tile_categories(footprint)
+    assert list(categories) == list(CATEGORIES)
+    assert np.array_equal(sum(categories.values()), footprint.total_including_gaps)
+    assert all((values >= 0).all() for values in categories.values())
+    assert categories["message"].any() and categories["vertexCode"].any()
     size = {}
     for v, nbytes in zip(plan.block_variable.tolist(), plan.block_size.tolist()):
         size[v] = size.get(v, 0) + nbytes
+    live = live_bytes(plan)
     always = sum(size[v] for v in liveness.always_live if v in size)
-    assert views.live_always == always
+    assert live.always == always
     for step in range(liveness.num_steps):
         held = sum(size.get(v, 0) for v in liveness.not_always_live_at(step))
-        assert views.live_total[step] == always + held
+        assert live.total[step] == always + held
     # the busiest tile at the busiest step is the busiest tile's always-live + peak
-    assert views.live_max_tile.max() == (plan.always_live_bytes + plan.not_always_live_bytes).max()
+    assert live.max_tile.max() == (plan.always_live_bytes + plan.not_always_live_bytes).max()
+
+
+@pytest.mark.parametrize("config", [CONFIG, GruLayerConfig(
+    sequence_size=2, input_size=8, output_size=8, batch_size=2, tiles_per_ipu=16, phase="all",
+    backend="numpy")])
+def test_device_addresses_are_a_memory_map_of_each_tile(config):
+    """Every block lies above its tile's code and vertex state, below its total including gaps
+    (the highest end is the total, for a tile whose top is tensor data); blocks live at a
+    common step never share a byte; interleaved blocks start at the interleaved region."""
+    engine = run_layer(config).engine
+    plan, footprint, target = engine.plan, engine.footprint, engine.module.graph.target
+    addresses = device_addresses(plan, footprint)
+    ends = addresses + plan.block_size
+    fixed = sum(footprint.always_live[name] for name in
+                ("vertexCode", "vertexInstanceState", "vertexFieldData", "controlCode",
+                 "internalExchangeCode"))
+    tiles = plan.block_tile
+    assert (addresses >= fixed[tiles]).all()
+    assert (ends <= footprint.total_including_gaps[tiles]).all()
+    interleaved = plan.block_interleaved
+    assert (addresses[interleaved] >= target.interleaved_memory_start).all()
+    top = np.zeros(target.num_tiles, dtype=np.int64)
+    np.maximum.at(top, tiles[interleaved], ends[interleaved])
+    has = np.zeros(target.num_tiles, dtype=bool)
+    has[tiles[interleaved]] = True
+    assert np.array_equal(top[has], footprint.total_including_gaps[has])
+    live = plan.liveness
+    for tile in np.unique(tiles).tolist():
+        on = np.flatnonzero(tiles == tile)
+        for a in on.tolist():
+            for b in on.tolist():
+                if a < b and live.interferes(int(plan.block_variable[a]),
+                                             int(plan.block_variable[b])):
+                    assert ends[a] <= addresses[b] or ends[b] <= addresses[a]
+
+
+def test_report_json_lists_every_variable_with_its_placement(tmp_path):
+    engine = run_layer(CONFIG).engine
+    saved = json.loads(engine.report.to_json(tmp_path / "r.json"))
+    rows = {row["name"]: row for row in saved["variables"]}
+    plan, graph = engine.plan, engine.module.graph
+    assert len(rows) == len(plan.allocated)
+    for index in plan.allocated:
+        row = rows[graph.variables[index].name]
+        blocks = plan.blocks(index)
+        assert row["bytes"] == sum(n for _, _, n in blocks)
+        placed = [(first + k, nbytes, offset) for first, count, nbytes, offset
+                  in row["placement"] for k in range(count)]
+        assert placed == [(tile, nbytes, offset) for tile, offset, nbytes in blocks]
+        assert row["always_live"] == (index in plan.liveness.always_live)
+        if not row["always_live"]:
+            steps = [s for a, b in zip(row["live_steps"][::2], row["live_steps"][1::2])
+                     for s in range(a, b + 1)]
+            assert steps == plan.liveness.live_step_list(index)
+
+
+def test_to_html_from_python_and_a_report_without_its_program(tmp_path):
+    engine = run_layer(CONFIG).engine
+    text = engine.report.to_html(tmp_path / "page.html", title="mine")
+    assert (tmp_path / "page.html").read_text() == text and "<title>mine</title>" in text
+    from gruc.runtime.report import Report
+
+    bare = Report(engine.report.target, engine.footprint, engine.report.steps,
+                  engine.report.costs, engine.report.step_counts, 0.0)
+    with pytest.raises(GrucValueError, match="without its compiled program"):
+        bare.to_html()
+    assert "variables" not in bare.to_dict()
 
 
 @pytest.mark.parametrize("tiles, grid", [(1472, (32, 46)), (16, (4, 4)), (13, (3, 6)), (1, (1, 1))])
@@ -102,14 +186,26 @@ def test_viz_from_a_saved_module_and_compile_only(tmp_path, capsys):
     code, out, _ = gruc(["viz", "--input", str(tmp_path / "in.gruc"), "--backend", "numpy",
                          "-o", str(tmp_path / "ran.html")], capsys)
     assert code == 0 and "ran.html" in out
-    assert "x3, " in (tmp_path / "ran.html").read_text()  # ran: the loop body executed 3 times
+    ran = page_data_of((tmp_path / "ran.html").read_text())
+    assert max(s["executions"] for s in ran["steps"]) == 3  # the loop body executed 3 times
+    assert ran["trace"] is not None and ran["title"] == f"gruc: module {tmp_path / 'in.gruc'}"
     code, _, _ = gruc(["viz", "--input", str(tmp_path / "in.gruc"), "--compile-only",
                        "-o", str(tmp_path / "unrun.html")], capsys)
     page = (tmp_path / "unrun.html").read_text()   # a saved module's loops are not counted
-    assert code == 0 and "x0, " in page and "x3, " not in page and "none counted" in page
+    unrun = page_data_of(page)
+    assert code == 0 and not any(s["executions"] for s in unrun["steps"])
+    assert "none counted" in page and unrun["trace"] is None and "No run to trace" in page
     code, _, _ = gruc(["viz", *SMALL, "--compile-only", "-o", str(tmp_path / "plan.html")], capsys)
     page = (tmp_path / "plan.html").read_text()   # the layer's are, as gruc plan counts them
-    assert code == 0 and "x3, " in page and "none counted" not in page
+    assert code == 0 and "none counted" not in page
+    assert max(s["executions"] for s in page_data_of(page)["steps"]) == 3
+    module = print_module(Module(layer.graph, layer.programs))
+    done = subprocess.run([*GRUC, "viz", "--input", "-", "--compile-only", "-o",
+                           str(tmp_path / "stdin.html")], input=module, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert page_data_of((tmp_path / "stdin.html").read_text())["title"] == \
+        "gruc: module from standard input"
 
 
 def test_viz_dot_is_the_dataflow_graph(tmp_path, capsys):
@@ -131,32 +227,52 @@ def test_viz_and_trace_exit_1_when_the_check_fails(tmp_path, capsys):
     assert code == 1 and "FAILED" in out and (tmp_path / "t.json").exists()
 
 
-# ---- headless Chromium ------------------------------------------------------------------------
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# ---- compare --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_reports(tmp_path_factory) -> tuple[str, str]:
+    return batch_reports(tmp_path_factory.mktemp("compare"))
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium binary not found (apt-get install chromium)")
-def test_report_renders_in_headless_chromium_without_console_errors(report_html, tmp_path):
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000"]
-    url = f"file://{report_html}"
-    shot = tmp_path / "shot.png"
-    run = subprocess.run([*flags, "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", url],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    console = [line for line in run.stderr.splitlines()
-               if "CONSOLE" in line or "Uncaught" in line or "Failed to load resource" in line]
-    assert console == []
-    from matplotlib.image import imread
+def test_compare_shows_per_category_per_tile_and_variable_differences(two_reports, tmp_path,
+                                                                       capsys):
+    first, second = two_reports
+    code, out, _ = gruc(["viz", "--compare", first, second, "-o", str(tmp_path / "c.html")],
+                        capsys)
+    assert code == 0 and "c.html" in out
+    page = (tmp_path / "c.html").read_text()
+    a, b = (json.load(open(path)) for path in two_reports)
+    grown = (sum(b["memory"]["not_always_live_peak_by_category"]["variable"])
+             - sum(a["memory"]["not_always_live_peak_by_category"]["variable"]))
+    assert grown > 0  # a batch twice as large holds more per step
+    assert re.search(r"<td class=\"text\">variable \(not always live\)</td><td>[\d,]+</td>"
+                     rf"<td>[\d,]+</td><td class=\"text\">\+{grown:,}</td>", page)
+    rows = {name: (status, int(before.replace(",", "")), int(after.replace(",", "")))
+            for name, status, before, after in re.findall(
+                r'<tr><td class="text">([^<]+)</td><td class="text">([a-z ]+)</td>'
+                r"<td>([\d,]+)</td><td>([\d,]+)</td>", page)}
+    output_a = next(v for v in a["variables"] if v["name"] == "gru/output")
+    output_b = next(v for v in b["variables"] if v["name"] == "gru/output")
+    assert output_b["bytes"] == 2 * output_a["bytes"]  # [S, B, H]: twice the batch
+    assert rows["gru/output"][0].startswith("resized") and \
+        rows["gru/output"][1:] == (output_a["bytes"], output_b["bytes"])
+    assert "plotly.js v" in page and 'id="compare-tile-map"' in page
+    same = gruc(["viz", "--compare", first, first, "-o", str(tmp_path / "same.html")], capsys)
+    assert same[0] == 0
+    assert re.search(r"<p>0 of [\d,]+ variables changed", (tmp_path / "same.html").read_text())
 
-    pixels = imread(shot)
-    assert pixels.shape[:2] == (1000, 1400)
-    assert pixels[..., :3].std() > 0.05  # not a blank page
-    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    for element in [*IMAGES, "program-tree", "compute-sets"]:
-        assert f'id="{element}"' in dom.stdout
+
+def test_compare_refuses_what_is_not_a_report_in_one_line(two_reports, tmp_path, capsys):
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "other.json").write_text('{"traceEvents": []}')
+    old = json.load(open(two_reports[0]))
+    del old["variables"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    for name, words in (("text.json", "not a JSON report"), ("other.json", "not a gruc report"),
+                        ("old.json", "lists no variables")):
+        code, _, err = gruc(["viz", "--compare", two_reports[0], str(tmp_path / name), "-o",
+                             str(tmp_path / "c.html")], capsys)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "c.html").exists()
 
 
 # ---- trace ----------------------------------------------------------------------------------
@@ -245,6 +361,12 @@ def test_gru_shows_what_it_is_doing_on_a_terminal(monkeypatch, capsys):
     (["trace", *SMALL, "--batch-size", "-2"], ["--batch-size -2:"]),
     (["trace", *SMALL, "--phase", "sideways"], ["phase", "sideways"]),
     (["trace", *SMALL, "-o", "/proc/no/such/dir/t.json"], ["cannot write"]),
+    (["viz", "--compare", "/no/a.json", "/no/b.json"], ["cannot read /no/a.json"]),
+    (["viz", "--compare", "a.json"], ["--compare", "expected 2 arguments"]),
+    (["viz", "--compare", "a.json", "b.json", "--batch-size", "3", "--compile-only"],
+     ["--compare reads two saved reports", "--batch-size", "--compile-only"]),
+    (["viz", "--compare", "a.json", "b.json", "--format", "dot"], ["drop --format"]),
+    (["viz", "--compare", "a.json", "b.json", "--input", "m.gruc"], ["drop --input"]),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a case that wrongly succeeds writes its default file here
@@ -289,28 +411,35 @@ def test_viz_of_a_module_no_run_could_finish_is_refused_up_front(tmp_path):
 
 @pytest.mark.parametrize("argv", [["viz", *SMALL, "-o", "{d}/r.html"],
                                   ["gru", *SMALL, "--profile", "{d}/profile"]])
-def test_a_report_needing_matplotlib_is_refused_before_the_layer_is_built(argv, tmp_path,
-                                                                           monkeypatch, capsys):
-    """Issue 42 item 9: where matplotlib is missing (an install without dependencies) the HTML
-    report's commands say so at once, not after running the whole layer (88 s on a big one)."""
+def test_a_report_needing_plotly_is_refused_before_the_layer_is_built(argv, tmp_path,
+                                                                       monkeypatch, capsys):
+    """Issue 42 item 9: where the page's library is missing (an install without dependencies)
+    the HTML report's commands say so at once, not after running the whole layer (88 s on a big
+    one)."""
     def never(config):
-        raise AssertionError("the layer was built before matplotlib was looked for")
+        raise AssertionError("the layer was built before plotly was looked for")
 
-    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setitem(__import__("sys").modules, "plotly", None)  # as if not installed
     for module in ("gruc.cli.viz", "gruc.cli.gru"):
         monkeypatch.setattr(module + ".build_layer", never)
     code, out, err = gruc([part.format(d=tmp_path) for part in argv], capsys)
     assert code == 2 and err.count("\n") == 1, err
-    assert "needs matplotlib, which is not installed: pip install matplotlib" in err
+    assert "needs plotly, which is not installed: pip install plotly" in err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_base_install_brings_matplotlib():
-    """The first README command (``pip install -e .``) must bring what ``gruc viz`` and
-    ``gruc gru --profile`` need."""
+def test_the_base_install_brings_matplotlib_and_plotly_and_the_page_files():
+    """The first README command (``pip install -e .``) must bring what ``gruc viz``, ``gruc gru
+    --profile`` and ``gruc plan --plots`` need; the page's script and style ship in the
+    package."""
     import tomllib
+    from importlib import resources
     from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    assert any(requirement.startswith("matplotlib")
-               for requirement in project["project"]["dependencies"])
+    for name in ("matplotlib", "plotly"):
+        assert any(requirement.startswith(name)
+                   for requirement in project["project"]["dependencies"]), name
+    assert any(r.startswith("selenium") for r in project["project"]["optional-dependencies"]["test"])
+    for name in ("page.js", "page.css"):
+        assert resources.files("gruc.runtime").joinpath(name).read_text().strip()

@@ -260,3 +260,53 @@ def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
     assert plan.returncode == 130, err
     assert err == (f"gruc plan: interrupted; the finished rows are in {tmp_path / 'out'}; run "
                    "the same command again to go on\n")
+
+
+def _rows(parameter: str, values: list[int], scale: float = 1.0) -> list[dict]:
+    """Plan rows of a flag swept over ``values``, metrics growing with it, far under capacity."""
+    return [{parameter: v, "batch_size": b, "max_tile_bytes": int(1000 * v * scale),
+             "always_live_bytes": 500 * v, "not_always_live_max_bytes": 100 * v,
+             "exchange_bytes": 10 * v, "cycles_compute": 1000 + v, "cycles_exchange": 50 * v,
+             "cycles_sync": 7, "bytes_per_tile": 638976, "total_capacity": 638976 * 1472}
+            for v in values for b in (1, 2)]
+
+
+def test_metrics_plots_use_log_axes_over_decades_and_integer_ticks():
+    """Issue 41: a find-max's flag doubles into the thousands (every point was near 0 on a
+    linear axis), ticks fell on 2.5 shards, the capacity line was labelled "bytes per tile"."""
+    from gruc.plan.plots import metrics_figure
+
+    doubling = metrics_figure(_rows("sequence_size", [1, 2, 4, 8, 64, 512, 4096]),
+                              "sequence_size", ["sequence_size", "batch_size"])
+    axes = doubling.axes[:6]
+    assert all(ax.get_xscale() == "log" for ax in axes)
+    assert axes[0].get_yscale() == "log" and axes[3].get_yscale() == "linear"  # 1001..5096
+    ticks = [t for t in axes[0].get_xticks() if 1 <= t <= 4096]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert [line.get_label() for line in axes[0].lines][-1] == "tile capacity 638,976 B"
+    few = metrics_figure(_rows("shards", [1, 2, 3, 4, 5]), "shards", ["shards", "batch_size"])
+    ax = few.axes[0]
+    assert ax.get_xscale() == "linear" and ax.get_yscale() == "linear"
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert any("(far above the data)" in t.get_text() for t in ax.texts)  # no line at 624 KiB
+    few.canvas.draw()
+    legend = few.legends[0].get_window_extent()
+    assert all(legend.y1 <= a.get_window_extent().y0 for a in few.axes[:6])  # off the data
+
+
+def test_heatmap_is_the_tile_maps_grid_on_a_scale_fitted_to_the_data():
+    from gruc.plan.layer import plan_layer
+    from gruc.plan.plots import heatmap_figure
+    from gruc.popnn.gru_layer import GruLayerConfig
+    from gruc.runtime.viz import tile_grid
+
+    plan = plan_layer(GruLayerConfig(sequence_size=3, input_size=8, output_size=8,
+                                     batch_size=2))
+    figure = heatmap_figure(plan)
+    image = figure.axes[0].images[0]
+    assert image.get_array().shape == tile_grid(1472) == (32, 46)
+    totals = plan.report.total_bytes
+    assert image.get_clim() == (totals.min(), totals.max())  # not pinned to the capacity
+    assert image.get_array()[0, 5] == totals[5] and image.get_array()[1, 0] == totals[46]
+    for axis in (figure.axes[0].xaxis, figure.axes[0].yaxis):
+        assert all(float(t).is_integer() for t in axis.get_ticklocs())
