@@ -80,6 +80,16 @@ class VertexKind:
     """Field whose tile mapping places an untiled (elementwise) vertex; None: needs a tile."""
     check: Callable[["Vertex"], None] | None = field(default=None, compare=False)
     doc: str = ""
+    interleaved_when: Callable[["Vertex"], bool] | None = field(default=None, compare=False)
+    """Whether a vertex of the kind needs its ``interleaved`` fields there (None: always): a
+    codelet whose variants differ, like poplin's AMP and MAC partial products, says which."""
+
+    def interleaved_fields(self, vertex: "Vertex") -> tuple[str, ...]:
+        """The fields of ``vertex`` whose data must lie in interleaved memory."""
+        if self.interleaved_when is not None and not self.interleaved_when(vertex):
+            return ()
+        return tuple(name for name, spec in self.fields.items()
+                     if spec.interleaved and name in vertex.fields)
 
 
 VERTEX_KINDS: dict[str, VertexKind] = {}

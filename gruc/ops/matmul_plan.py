@@ -135,12 +135,14 @@ class MatMulPlan:
 
 
 # ---- candidate methods ------------------------------------------------------------------------
-def conv_methods(target: Target, in_type: DType, partials_type: DType,
-                 inference: bool) -> list[ConvMethod]:
-    """The vertex choices poplin tries, in its order: AMP configurations (``getConvVertexAMP
-    Candidates``: the tile's units, and half of 16 units; partial channel groups of the units or
-    of the weights per unit), then MAC.  ``inference`` (``INFERENCE_FWD``) keeps AMP partial
-    groups equal to the units."""
+def conv_methods(target: Target, in_type: DType, partials_type: DType, inference: bool,
+                 in_chans: int, joint: bool = False) -> list[ConvMethod]:
+    """The vertex choices poplin tries for ``in_chans`` input channels, in its order: AMP
+    configurations (``getConvVertexAMPCandidates``: the tile's units, and half of 16 units;
+    partial channel groups of the units or of the weights per unit), then MAC
+    (:func:`mac_methods`).  ``inference`` (``INFERENCE_FWD``) keeps AMP partial groups equal to
+    the units; ``joint`` (a training layer planned jointly) keeps input groups the weight update
+    can take as output groups."""
     float_acts = in_type == FLOAT
     if float_acts:
         on_tile = target.conv_units_float
@@ -163,9 +165,29 @@ def conv_methods(target: Target, in_type: DType, partials_type: DType,
             method = ConvMethod("AMP", weights_per_unit, partials, units, weights_per_unit)
             if method not in methods:
                 methods.append(method)
+    if joint:
+        methods = [m for m in methods if m.in_chans_per_group % m.conv_units == 0]
+    return methods + mac_methods(in_chans, float_acts, partials_type == FLOAT,
+                                 on_tile if joint else 0)
+
+
+def mac_methods(in_chans: int, float_acts: bool, float_partials: bool,
+                joint_units: int = 0) -> list[ConvMethod]:
+    """poplin's MAC candidates (``getConvVertexHMACCandidates``): every input group size in
+    steps of the grain (two half channels, so activations never need padding on the exchange)
+    up to the channels, skipping a size that does not lessen the number of groups (it would
+    only add padding); with ``joint_units``, only sizes the weight update can take as its
+    output groups (1 or multiples of the AMP units).  The vertex sums one output channel at a
+    time with float partials, two with half."""
     grain = 1 if float_acts else 2
-    in_groups = [grain << k for k in range(8)]  # MAC input groups: a few widths, not poplin's every one
-    methods.extend(ConvMethod("MAC", size, 1) for size in in_groups)
+    rounded = -(-in_chans // grain) * grain
+    methods, previous = [], 0
+    for size in range(grain, rounded + 1, grain):
+        groups = -(-rounded // size)
+        if groups == previous or (joint_units and size != 1 and size % joint_units):
+            continue
+        methods.append(ConvMethod("MAC", size, 1 if float_partials else 2))
+        previous = groups
     return methods
 
 
@@ -358,7 +380,7 @@ def _candidates(problem: _Problem) -> Iterator[tuple[str, ConvMethod, dict]]:
     """Every (orientation, method) with its evaluated splits, in the order poplin tries them."""
     for orientation in (FIELD_N, FIELD_M):
         for method in conv_methods(problem.target, problem.in_type, problem.partials_type,
-                                   problem.inference):
+                                   problem.inference, problem.shape[2]):
             yield orientation, method, _evaluate(problem, method, orientation)
 
 
@@ -451,15 +473,10 @@ def _wu_method(method: ConvMethod) -> ConvMethod:
 
 
 def _joint_methods(problem: _Problem) -> list[ConvMethod]:
-    """The forward vertices a joint plan may use: AMP input groups a multiple of the units (the
-    forward's input channels are the weight update's output channels); MAC input groups of 1 or
-    a multiple of the AMP units."""
-    methods = conv_methods(problem.target, problem.in_type, problem.partials_type, False)
-    units = max((m.conv_units for m in methods if m.kind == "AMP"), default=1)
-    return [m for m in methods
-            if (m.kind == "AMP" and m.in_chans_per_group % m.conv_units == 0)
-            or (m.kind == "MAC" and (m.in_chans_per_group == 1
-                                     or m.in_chans_per_group % units == 0))]
+    """The forward vertices a joint plan may use: input groups the weight update can take as
+    its output groups (the forward's input channels are its output channels)."""
+    return conv_methods(problem.target, problem.in_type, problem.partials_type, False,
+                        problem.shape[2], joint=True)
 
 
 def _joint(problem: _Problem, bound: float) -> MatMulPlan | None:

@@ -172,12 +172,11 @@ def interleaved_variables(module: Module, liveness: Liveness) -> np.ndarray:
             continue
         seen.add(id(node.compute_set))
         for vertex in node.compute_set.vertices:
-            for name, field in vertex.kind.fields.items():
-                if field.interleaved and name in vertex.fields:
-                    tensors = vertex.fields[name]
-                    for tensor in tensors if isinstance(tensors, tuple) else (tensors,):
-                        for variable in tensor.variables():
-                            flags[variable.index] = True
+            for name in vertex.kind.interleaved_fields(vertex):
+                tensors = vertex.fields[name]
+                for tensor in tensors if isinstance(tensors, tuple) else (tensors,):
+                    for variable in tensor.variables():
+                        flags[variable.index] = True
     return flags
 
 

@@ -124,10 +124,18 @@ def test_help_and_a_mistyped_command_load_no_subcommand_but_the_one_named(argv, 
 
 def test_ctrl_c_while_the_engine_loads_is_one_line():
     """SIGINT as soon as the command line is importable: it lands while ``main`` loads the
-    subcommands (numba and all, most of a second), which used to end in a traceback."""
+    subcommands (numba and all, most of a second), which used to end in a traceback.  The child
+    says it is ready from inside ``main`` (as it starts building the parser): a signal sent
+    between a ``print`` before ``main`` and ``main`` itself would be the test's own race."""
+    announce = ("import sys, gruc.cli as cli\n"
+                "build = cli.build_parser\n"
+                "def announced(words):\n"
+                "    print('ready', flush=True)\n"
+                "    return build(words)\n"
+                "cli.build_parser = announced\n"
+                f"sys.exit(cli.main({['gru', *SIZES]!r}))")
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, gruc.cli; print('ready', flush=True); "
-         f"sys.exit(gruc.cli.main({['gru', *SIZES]!r}))"],
+        [sys.executable, "-c", announce],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "ready\n"
     child.send_signal(signal.SIGINT)

@@ -22,7 +22,8 @@ they live on other tiles, the exchange brings to it (the cost and memory models 
 ``method`` names the vertex a tile runs (poplin's AMP ``ConvPartial1x1Out`` or horizontal MACs,
 with its channel grouping, :class:`~gruc.ir.codelets.conv_costs.ConvMethod`) and ``orientation``
 which of M and N is the convolution's field: they decide the cycles, not the numbers.  The AMP's
-partials are written with 128-bit stores, so its ``partials`` lie in interleaved memory.
+partials are written with 128-bit stores, so its ``partials`` lie in interleaved memory (a
+MAC's do not).
 
 ``MatMulReduce(out, partials)``: ``out[g, i, j] = sum over ik of partials[g, ik, i, j]``, summed in
 float32 and rounded to ``out``'s type; ``MatMulReduceAcc(out, partials, scale?) k=``: ``out +=
@@ -284,7 +285,8 @@ MATMUL_PARTIALS = register(VertexKind(
     {"a": Input(), "b": Input(), "partials": Output(interleaved=True)},
     params=("blocks", "method", "orientation"), split="partials", check=_check_partials,
     doc="partials[g, ik, i, j] = sum over k-block ik of a[g, i, k] * b[g, k, j]; one block per "
-        "tile, with poplin's vertex (method) for its field (orientation)."))
+        "tile, with poplin's vertex (method) for its field (orientation).",
+    interleaved_when=lambda vertex: method_of(vertex).interleaved_partials))
 
 MATMUL_REDUCE = register(VertexKind(
     "MatMulReduce", {"out": Output(), "partials": Input()}, split="out", check=_check_reduce,
