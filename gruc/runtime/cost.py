@@ -66,6 +66,12 @@ def exchange_estimator(kind: str) -> Callable[[ExchangeEstimator], ExchangeEstim
     return register
 
 
+DENSE_PAIR_TILES = 2048
+"""Up to this many tiles a step's messages are tallied in a dense ``[receiver, sender]`` table
+(33 MB at 2,048 tiles): counting pairs by sorting or hashing them would cost far more than the
+rest of a product's exchange estimate."""
+
+
 class Traffic:
     """What one step's exchange moves: bytes each tile receives and sends, the (receiver, sender)
     pairs that exchange (each a message: its code is instructions on both tiles), and whether any
@@ -83,6 +89,9 @@ class Traffic:
         self.bytes_out = np.zeros(self.num_tiles, dtype=np.int64)
         """Bytes each tile sends, of transfers whose elements are not known (each sent once)."""
         self.crossing = False
+        self._dense = self.num_tiles <= DENSE_PAIR_TILES
+        self._pair_table: np.ndarray | None = None
+        """Dense tiles: bytes per ``receiver * num_tiles + sender``, made at the first message."""
         self._pairs: list[np.ndarray] = []
         self._pair_bytes: list[np.ndarray] = []
         self._sent: list[tuple[np.ndarray, int]] = []
@@ -92,17 +101,27 @@ class Traffic:
                   elements: np.ndarray | None = None) -> None:
         """One transfer of ``size`` bytes per (receiver, sender) entry; with ``elements`` (the
         global id of each entry's element), a sender sends each element once."""
+        self.receives(receivers, senders, size)
+        self.sends(senders, size, elements)
+
+    def receives(self, receivers: np.ndarray, senders: np.ndarray, size: int) -> None:
+        """The receiving side of :meth:`transfers`: bytes in and the messages."""
         if not len(receivers):
             return
         receivers, senders = receivers.astype(np.int64), senders.astype(np.int64)
         self.bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
+        self._note_pairs(receivers * self.num_tiles + senders, size)
+
+    def sends(self, senders: np.ndarray, size: int, elements: np.ndarray | None = None) -> None:
+        """The sending side of :meth:`transfers`: ``size`` bytes per entry, or with
+        ``elements``, per distinct (element, sender)."""
+        if not len(senders):
+            return
+        senders = senders.astype(np.int64)
         if elements is None:
             self.bytes_out += np.bincount(senders, minlength=self.num_tiles) * size
         else:
-            self._sent.append((np.unique(elements.astype(np.int64) * self.num_tiles + senders),
-                               size))
-        keys, counts = np.unique(receivers * self.num_tiles + senders, return_counts=True)
-        self.pairs(keys, counts * size)
+            self._sent.append((elements.astype(np.int64) * self.num_tiles + senders, size))
 
     def send_once(self, data: int, per_tile: np.ndarray) -> None:
         """Bytes each tile sends of the data named ``data`` (a tensor read by several vertices
@@ -115,30 +134,55 @@ class Traffic:
         for per_tile in self._sent_once.values():
             total += per_tile
         for size in {size for _, size in self._sent}:
-            keys = np.unique(np.concatenate([k for k, s in self._sent if s == size]))
+            keys = distinct(np.concatenate([k for k, s in self._sent if s == size]))
             total += np.bincount(keys % self.num_tiles, minlength=self.num_tiles) * size
         return total
 
     def pairs(self, keys: np.ndarray, nbytes: np.ndarray | None = None) -> None:
         """Note the messages ``receiver * num_tiles + sender`` and the bytes of each (unknown:
         one message each however large)."""
-        keys = np.asarray(keys, dtype=np.int64)
-        self._pairs.append(keys)
-        self._pair_bytes.append(np.ones(len(keys), dtype=np.int64) if nbytes is None
-                                else np.asarray(nbytes, dtype=np.int64))
-        per_ipu = self.tiles_per_ipu
-        self.crossing = self.crossing or bool(np.any(
-            keys // self.num_tiles // per_ipu != keys % self.num_tiles // per_ipu))
+        self._note_pairs(np.asarray(keys, dtype=np.int64),
+                         1 if nbytes is None else np.asarray(nbytes, dtype=np.int64))
+
+    def _note_pairs(self, keys: np.ndarray, nbytes: int | np.ndarray) -> None:
+        """Add ``nbytes`` (one figure or one per key) to each message ``keys`` names."""
+        per_ipu, tiles = self.tiles_per_ipu, self.num_tiles
+        self.crossing = self.crossing or bool(np.any(keys // tiles // per_ipu
+                                                     != keys % tiles // per_ipu))
+        if not self._dense:
+            self._pairs.append(keys)
+            self._pair_bytes.append(np.broadcast_to(nbytes, keys.shape))
+            return
+        if self._pair_table is None:
+            self._pair_table = np.zeros(tiles * tiles, dtype=np.int64)
+        if isinstance(nbytes, int) and 16 * len(keys) > len(self._pair_table):
+            self._pair_table += np.bincount(keys, minlength=tiles * tiles) * nbytes
+        else:
+            np.add.at(self._pair_table, keys, nbytes)
+
+    def _messages(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct message (``receiver * num_tiles + sender``) and its bytes."""
+        if self._dense:
+            if self._pair_table is None:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            keys = np.flatnonzero(self._pair_table)
+            return keys, self._pair_table[keys]
+        if not self._pairs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        keys = np.concatenate(self._pairs)
+        order = np.argsort(keys, kind="stable")
+        keys, nbytes = keys[order], np.concatenate(self._pair_bytes)[order]
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        return keys[starts], np.add.reduceat(nbytes, starts)
 
     def peers(self) -> tuple[np.ndarray, np.ndarray]:
         """Per tile: the messages it receives (one per tile it receives from) and sends.  A tile
         sending the same data to many tiles sends it once (the exchange fabric broadcasts), so
         its messages are its bytes sent over the most any one tile receives from it."""
         zeros = np.zeros(self.num_tiles, dtype=np.int64)
-        if not self._pairs:
+        keys, nbytes = self._messages()
+        if not len(keys):
             return zeros, zeros.copy()
-        keys, at = np.unique(np.concatenate(self._pairs), return_inverse=True)
-        nbytes = np.bincount(at, weights=np.concatenate(self._pair_bytes)).astype(np.int64)
         receivers, senders = keys // self.num_tiles, keys % self.num_tiles
         largest = zeros.copy()
         np.maximum.at(largest, senders, nbytes)

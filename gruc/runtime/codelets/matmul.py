@@ -603,10 +603,13 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         for x, part in zip(letters, parts):
             select["gkmn".index(x)] = slice(part.first, part.first + part.count)
         users = tiles[tuple(select)].transpose(order)  # [c, c, c, users]
+        wanted = np.zeros(blocks.shape, dtype=bool)  # needed by some tile but its own
         for u in range(users.shape[3]):
             receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
             away = blocks != receiver
-            traffic.transfers(receiver[away], blocks[away], size, ids[away])
+            traffic.receives(receiver[away], blocks[away], size)
+            wanted |= away
+        traffic.sends(blocks[wanted], size, ids[wanted])  # each element sent once
 
 
 @exchange_estimator("MatMulPartials")
