@@ -22,8 +22,20 @@ class OneLineParser(argparse.ArgumentParser):
     plain text: descriptions and option help come from docstrings, whose reStructuredText
     markup (````gruc gru````, ``:func:``) a terminal would show as it is."""
 
+    default_command: str | None = None
+    """The subcommand of words that start with a flag or with nothing (``gruc plan --batch-size
+    4`` is ``gruc plan gru --batch-size 4``); ``-h`` stays this parser's own, and a first word
+    that is no flag must name a subcommand."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self.default_command is not None:
+            args = list(sys.argv[1:] if args is None else args)
+            if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+                args.insert(0, self.default_command)
+        return super().parse_known_args(args, namespace)
 
     def format_help(self) -> str:
         return plain(super().format_help())
@@ -42,7 +54,7 @@ COMMANDS = {
     "opt": "run a pass pipeline on a saved module",
     "viz": "HTML report (memory, liveness, program, cycles)",
     "trace": "run the GRU layer, write a Chrome trace",
-    "plan": "plan-only sweeps of GRU layer flags",
+    "plan": "plan-only sweeps of GRU, fc or gemm layer flags",
 }
 """Each subcommand (the module ``gruc.cli.<name>``) and its line in ``gruc --help``, in that
 order."""

@@ -1,11 +1,21 @@
-"""``gruc plan``: tile-memory planning studies of the GRU layer, plan-only (nothing is run).
+"""``gruc plan [LAYER]``: tile-memory planning studies, plan-only (nothing is run).
 
-Every ``gruc gru`` layer flag that shapes the plan takes one value, a list (``--batch-size 1,4,16``)
-or an inclusive range (``--output-size 128:1024:128`` is 128, 256, ..., 1024); ``--cell-order`` and
-``--variable-time-steps`` separate alternatives with ``/``.  The cross product is planned, one row
-per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written as rows finish; running the
-same command again skips the rows already there.  ``--find-max FLAG`` searches the largest value of
-FLAG that still fits instead.
+LAYER picks what is planned: gru, the GRU layer of ``gruc gru`` (the default: ``gruc plan
+--batch-size 4`` is ``gruc plan gru --batch-size 4``); fc, the fully connected layer of ``gruc
+fc``; or gemm, the general matrix multiply of ``gruc gemm``.  ``gruc plan LAYER --help`` lists the
+layer's flags.
+
+Every flag of the layer's command that shapes the plan takes one value, a list (``--batch-size
+1,4,16``) or an inclusive range (``--output-size 128:1024:128`` is 128, 256, ..., 1024); the GRU
+layer's ``--cell-order`` and ``--variable-time-steps`` separate alternatives with ``/``.  fc and
+gemm take their matmul options as flags too, so they sweep like any other
+(``--available-memory-proportion 0.1,0.3,0.6 --partials-type half,float``); ``--matmul-options``,
+JSON as ``gruc fc`` takes it, gives them one value each.  Flags that only change a run or its
+check (backend, seed, tolerances; ignore-data for fc and gemm) are not plan flags.  The cross
+product is planned, one row per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written
+as rows finish; running the same command again skips the rows already there; rows of several
+layers may share one OUT.  ``--find-max FLAG`` searches the largest value of FLAG that still fits
+instead.
 """
 
 from __future__ import annotations
@@ -16,32 +26,69 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gruc.cli.gru import FLAGS, flag_help
+from gruc.cli import fc as fc_command
+from gruc.cli import gemm as gemm_command
+from gruc.cli.gru import FLAGS as GRU_FLAGS
+from gruc.cli.gru import flag_help
 from gruc.cli.opt import output_directory
+from gruc.cli.products import (COMMON_FLAGS, MATMUL_FLAGS, MATMUL_OPTION_NAMES,
+                               parse_matmul_options)
 from gruc.errors import GrucValueError
-from gruc.plan import (SweepSpec, find_max, make_executor, parse_values, plan_layer,
-                       plot_metrics, plot_tile_heatmap, run_sweep)
-from gruc.plan.grid import TUPLE_FIELDS
-from gruc.plan.layer import PLAN_IGNORED
+from gruc.plan import (PLANNED_LAYERS, SweepSpec, find_max, make_executor, parse_values,
+                       planned_layer, plot_metrics, run_sweep)
+from gruc.plan.planned import PlannedLayer
 from gruc.plan.rows import cell_text, short_of_host_memory
-from gruc.plan.search import DEFAULT_LIMIT, SEARCHABLE
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.plan.search import DEFAULT_LIMIT
 from gruc.runtime.viz import require_matplotlib
 
-PLAN_FLAGS = [entry for entry in FLAGS if entry[1] not in PLAN_IGNORED]
-"""``gruc gru``'s layer flags less those that only affect running or checking."""
+COMMAND_FLAGS = {
+    "gru": [(flag, field, kind, flag_help(field, text)) for flag, field, kind, text in GRU_FLAGS],
+    "fc": fc_command.FLAGS + COMMON_FLAGS + MATMUL_FLAGS,
+    "gemm": gemm_command.FLAGS + COMMON_FLAGS + MATMUL_FLAGS,
+}
+"""The flags of each layer's command (``gruc gru``, ``gruc fc``, ``gruc gemm``), by the name of
+its kind of planned layer; the product tools' matmul options are flags here too."""
+
+PLAN_FLAGS = {name: [entry for entry in flags if entry[1] not in planned_layer(name).ignored]
+              for name, flags in COMMAND_FLAGS.items()}
+"""Each layer's flags less those that only affect running or checking."""
+
+MATMUL_OPTIONS_JSON = ("fc", "gemm")
+"""Layers whose command takes ``--matmul-options`` (a JSON object), as ``gruc plan`` does."""
 
 TABLE_ROWS = 40
 """Sweeps up to this many rows are also printed as a table."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """``gruc plan``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
+    """``gruc plan``'s layers and their flags, on the parser :func:`gruc.cli.build_parser` made
+    for it."""
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    for flag, field, _, text in PLAN_FLAGS:
-        parser.add_argument(flag, dest=field, default=None, metavar="VALUES",
-                            help=flag_help(field, text))
+    parser.default_command = "gru"
+    layers = parser.add_subparsers(dest="layer", metavar="LAYER", required=True,
+                                   title="layers (default: gru)")
+    for name, kind in PLANNED_LAYERS.items():
+        command = layers.add_parser(
+            name, help=f"the {kind.title} of gruc {name}, with its flags",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=f"``gruc plan {name}``: plan-only studies of the {kind.title} of "
+                        f"``gruc {name}``.\n\n"
+                        + __doc__.split("\n\n", 2)[2])  # the doc after the LAYER paragraph
+        for flag, field, _, text in PLAN_FLAGS[name]:
+            command.add_argument(flag, dest=field, default=None, metavar="VALUES", help=text)
+        if name in MATMUL_OPTIONS_JSON:
+            command.add_argument("--matmul-options", type=parse_matmul_options, default=None,
+                                 metavar="JSON",
+                                 help="matmul options as JSON, one value each: "
+                                      f"{', '.join(MATMUL_OPTION_NAMES)} (to sweep them, use "
+                                      "their flags)")
+        _add_study_flags(command, kind)
+        command.set_defaults(run=run)
+
+
+def _add_study_flags(parser: argparse.ArgumentParser, kind: PlannedLayer) -> None:
+    """What a study of any layer takes besides the layer's flags: where and how it runs."""
     parser.add_argument("--pipeline", metavar="PIPELINE",
                         help="pass pipeline to compile with, as `gruc opt -p` (default: the "
                              "engine's; '' for none)")
@@ -52,47 +99,75 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "points (default: CPU count; 1: in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask distributed scheduler (needs gruc[dist])")
+    flags = {field: flag for flag, field, _, _ in PLAN_FLAGS[kind.name]}
     parser.add_argument("--find-max", metavar="FLAG",
-                        help=f"largest value of FLAG that fits ({', '.join(SEARCHABLE)})")
+                        help="largest value of FLAG that fits ("
+                             f"{', '.join(flags[f].lstrip('-') for f in kind.searchable)})")
     parser.add_argument("--find-max-limit", type=int, default=None, metavar="N",
                         help=f"largest value the search tries (default: {DEFAULT_LIMIT})")
     parser.add_argument("--plots", action="store_true",
-                        help="write PNG plots to DIR/plots (metrics per swept flag, tile heatmap)")
+                        help="write PNG plots to DIR/plots (metrics per swept flag"
+                             + (", tile heatmap)" if kind.heatmap else "; no tile heatmap yet)"))
     parser.add_argument("--heatmap", type=int, metavar="INDEX",
                         help="configuration (0-based, in grid order: the swept flags as this "
                              "help lists them, the last fastest) of the tile heatmap (default: "
-                             "the largest max tile memory; with --find-max, the first overflow)")
+                             "the largest max tile memory; with --find-max, the first overflow)"
+                             + ("" if kind.heatmap else f"; not drawn for {kind.name} yet"))
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: only on a terminal)")
-    parser.set_defaults(run=run)
 
 
 def spec_from(args: argparse.Namespace) -> SweepSpec:
     """The sweep the layer flags describe: one value fixes a flag, more sweep it."""
+    kind = planned_layer(args.layer)
     fixed: dict[str, Any] = {}
     swept: dict[str, tuple] = {}
-    for flag, field, kind, _ in PLAN_FLAGS:
+    for flag, field, convert, _ in PLAN_FLAGS[kind.name]:
         text = getattr(args, field)
         if text is None:
             continue
-        values = parse_values(text, kind, flag=flag, tuple_valued=field in TUPLE_FIELDS)
+        values = parse_values(text, convert, flag=flag, tuple_valued=field in kind.tuple_fields)
         if len(values) == 1:
             fixed[field] = values[0]
         else:
             swept[field] = values
-    return SweepSpec(fixed=fixed, swept=swept, pipeline=args.pipeline)
+    fixed.update(_matmul_options(args, {**fixed, **swept}))
+    return SweepSpec(layer=kind.name, fixed=fixed, swept=swept, pipeline=args.pipeline)
 
 
-def _field_of(flag: str) -> str:
-    field = flag.lstrip("-").replace("-", "_")
-    if field not in SEARCHABLE:
-        raise GrucValueError(f"--find-max {flag!r}: searchable flags are "
-                             f"{', '.join('--' + f.replace('_', '-') for f in SEARCHABLE)}")
+def _matmul_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
+    """The fields ``--matmul-options`` sets, one value each; an option its flag sets too, or
+    given a list of values, is refused naming the flag that sweeps it."""
+    flags = {field: flag for flag, field, _, _ in MATMUL_FLAGS}
+    fields = {}
+    for name, value in (getattr(args, "matmul_options", None) or {}).items():
+        field = MATMUL_OPTION_NAMES[name]
+        if field in given:
+            raise GrucValueError(f"--matmul-options {name} and {flags[field]} both set "
+                                 f"{field}; give one")
+        if isinstance(value, (list, dict)):
+            raise GrucValueError(f"--matmul-options {name} {json.dumps(value)} is not one value; "
+                                 f"sweep it with {flags[field]} a,b,c")
+        fields[field] = value
+    return fields
+
+
+def _field_of(text: str, kind: PlannedLayer) -> str:
+    """The field ``--find-max`` names (``batch-size``, ``--batch-size`` or ``batch_size``)."""
+    flags = {field: flag for flag, field, _, _ in PLAN_FLAGS[kind.name]}
+    field = {flag: field for field, flag in flags.items()}.get(
+        "--" + text.lstrip("-").replace("_", "-"))
+    if field not in kind.searchable:
+        raise GrucValueError(f"--find-max {text!r}: searchable flags of {kind.name} plans are "
+                             f"{', '.join(flags[f] for f in kind.searchable)}")
     return field
 
 
 def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> None:
-    columns = [*parameters, "shards_chosen", "fits", "max_tile_bytes", "cycles_total", "error"]
+    """The rows' parameters and main figures, shards only where a layer has them."""
+    sharded = any(row.get("shards_chosen") is not None for row in rows)
+    columns = [*parameters, *(["shards_chosen"] if sharded else []), "fits", "max_tile_bytes",
+               "cycles_total", "error"]
     cells = [[cell_text(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(line[k]) for line in cells]) for k, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
@@ -101,10 +176,11 @@ def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> Non
 
 
 def _heatmap(row: dict[str, Any], out: Path) -> None:
+    """The tile heatmap of ``row``'s configuration, planned again (a row holds no tiles)."""
     flags = json.loads(row["config"])
-    pipeline = flags.pop("pipeline")
-    plan = plan_layer(GruLayerConfig(**flags), pipeline)
-    print(f"heatmap           {plot_tile_heatmap(plan, out / 'plots' / 'tile-heatmap.png')}")
+    pipeline, kind = flags.pop("pipeline"), planned_layer(flags.pop("layer"))
+    plan = kind.plan(kind.model(**flags), pipeline)
+    print(f"heatmap           {kind.heatmap(plan, out / 'plots' / 'tile-heatmap.png')}")
 
 
 def _choose(rows: list[dict[str, Any]], index: int | None) -> dict[str, Any] | None:
@@ -128,12 +204,12 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) -> int:
+def _find_max(args: argparse.Namespace, spec: SweepSpec, flag: str, out: Path,
+              executor) -> int:
     """``--find-max``: the largest fitting value of one flag for every configuration of the others.
     Its plots draw every probed row, and its heatmap defaults to the first probe that overflows
     (the smallest probed value that does not fit, at the first grid point with one), not to the
     largest row."""
-    flag = _field_of(args.find_max)
     limit = DEFAULT_LIMIT if args.find_max_limit is None else args.find_max_limit
     results = find_max(spec, flag, out, limit=limit, executor=executor,
                        progress=args.progress)
@@ -143,14 +219,15 @@ def _find_max(args: argparse.Namespace, spec: SweepSpec, out: Path, executor) ->
     if args.plots:
         probed = [row for result in results for row in result.probes]
         first_overflow = next((r for r in probed if not r["fits"] and not r.get("error")), None)
-        _plots(probed, (*spec.parameters, flag), out, args.heatmap, first_overflow)
+        _plots(probed, (*spec.parameters, flag), out, spec.kind, args.heatmap, first_overflow)
     return 0
 
 
 def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
-           index: int | None, preferred: dict[str, Any] | None = None) -> None:
-    """The metric plots of ``rows`` and the tile heatmap of row ``index`` (default:
-    ``preferred``, else the row with the most memory on a tile)."""
+           kind: PlannedLayer, index: int | None, preferred: dict[str, Any] | None = None
+           ) -> None:
+    """The metric plots of ``rows`` and, for a kind of layer that has one, the tile heatmap of
+    row ``index`` (default: ``preferred``, else the row with the most memory on a tile)."""
     if all(row.get("error") for row in rows):
         print("plots             none: gruc refused every configuration")
         return
@@ -159,6 +236,9 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
         print("plots             none: nothing is swept (a metric plot needs a swept flag)")
     for path in paths:
         print(f"plot              {path}")
+    if kind.heatmap is None:
+        print(f"heatmap           none: not drawn for {kind.name} plans yet")
+        return
     chosen = preferred if index is None and preferred is not None else _choose(rows, index)
     if chosen is not None and chosen.get("error"):
         print(f"heatmap           none: configuration {index} was refused ({chosen['error']})")
@@ -180,6 +260,9 @@ def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
     index = args.heatmap
     if index is None:
         return
+    if spec.kind.heatmap is None:
+        raise GrucValueError(f"--heatmap {index}: the tile heatmap is not drawn for "
+                             f"{spec.layer} plans yet; --plots draws their metric plots")
     if not args.plots:
         raise GrucValueError(f"--heatmap {index} chooses the configuration of the tile heatmap "
                              "that --plots draws; add --plots")
@@ -195,14 +278,15 @@ def _study(args: argparse.Namespace) -> int:
     sweeps."""
     spec = spec_from(args)
     _check_search_flags(args)
+    flag = _field_of(args.find_max, spec.kind) if args.find_max else None
     _check_heatmap(args, spec)
     if args.plots:
         require_matplotlib("--plots")
     out = Path(args.out)
     executor = make_executor(args.jobs, args.scheduler)
     try:
-        if args.find_max:
-            return _find_max(args, spec, out, executor)
+        if flag is not None:
+            return _find_max(args, spec, flag, out, executor)
         result = run_sweep(spec, out, executor=executor, progress=args.progress)
     finally:
         executor.close()
@@ -221,5 +305,5 @@ def _study(args: argparse.Namespace) -> int:
               "configurations per minute")
     print(f"rows              {result.store.csv_path}, {result.store.json_path}")
     if args.plots:
-        _plots(result.rows, spec.parameters, out, args.heatmap)
+        _plots(result.rows, spec.parameters, out, spec.kind, args.heatmap)
     return 0

@@ -35,9 +35,19 @@ COMMON_FLAGS = [
 
 MATMUL_OPTION_NAMES = {"availableMemoryProportion": "available_memory_proportion",
                        "partialsType": "partials_type"}
+"""poplin matmul options ``--matmul-options`` takes, and the configuration fields they set."""
+
+MATMUL_FLAGS = [
+    ("--available-memory-proportion", "available_memory_proportion", float,
+     "matmul option availableMemoryProportion: the share of tile memory a product's temporaries "
+     "may take (default: 0.6)"),
+    ("--partials-type", "partials_type", str,
+     "matmul option partialsType: half or float (default: float)"),
+]
+"""The matmul options as flags of their own (``gruc plan fc`` sweeps them)."""
 
 
-def _matmul_options(text: str) -> dict[str, Any]:
+def parse_matmul_options(text: str) -> dict[str, Any]:
     """``--matmul-options``: a JSON object of poplin option names."""
     try:
         options = json.loads(text)
@@ -59,7 +69,7 @@ def add_flags(parser: argparse.ArgumentParser, flags: list, required: tuple[str,
     for flag, field, kind, text in flags + COMMON_FLAGS:
         parser.add_argument(flag, dest=field, type=kind, default=None, help=text,
                             required=flag in required)
-    parser.add_argument("--matmul-options", type=_matmul_options, default=None,
+    parser.add_argument("--matmul-options", type=parse_matmul_options, default=None,
                         help="poplin matmul options as JSON: availableMemoryProportion (default "
                              "0.6), partialsType (half | float, default float)")
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")

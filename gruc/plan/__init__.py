@@ -1,9 +1,11 @@
-"""Planning studies: tile memory, exchange and cycles of GRU layers across many configurations,
-without running them (``gruc plan``).
+"""Planning studies: tile memory, exchange and cycles of layers across many configurations,
+without running them (``gruc plan``): GRU layers, and poplibs' fully connected layer and general
+matrix multiply (the kinds of :data:`PLANNED_LAYERS`).
 
-* :func:`plan_layer` / :func:`plan_program`: the report a run would give, from compile + memory
-  plan + static step counts (:mod:`gruc.plan.static`), with no lowering, kernels or execution.
-* :class:`SweepSpec` + :func:`run_sweep`: the cross product of layer flags, one row per
+* :func:`plan_layer` / :func:`plan_config` / :func:`plan_program`: the report a run would give,
+  from compile + memory plan + static step counts (:mod:`gruc.plan.static`), with no lowering,
+  kernels or execution — of a GRU layer, of a configuration of any kind, of any program.
+* :class:`SweepSpec` + :func:`run_sweep`: the cross product of one kind's flags, one row per
   configuration in ``rows.csv`` / ``rows.json``, resumable, on a local process pool, serially or
   on Dask (:mod:`gruc.plan.executors`).
 * :func:`find_max`: the largest value of one flag that still fits.
@@ -12,7 +14,10 @@ without running them (``gruc plan``).
 
 from gruc.plan.executors import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
 from gruc.plan.grid import SweepSpec, parse_values
-from gruc.plan.layer import ROW_COLUMNS, LayerPlan, config_key, plan_layer, plan_row
+from gruc.plan.layer import LayerPlan, plan_layer
+from gruc.plan.layers import (PLANNED_LAYERS, ProductPlan, config_key, plan_config, plan_row,
+                              planned_layer)
+from gruc.plan.planned import ROW_COLUMNS, PlannedLayer
 from gruc.plan.plots import plot_metrics, plot_tile_heatmap
 from gruc.plan.rows import RowStore
 from gruc.plan.search import FindMaxResult, find_max
@@ -20,7 +25,8 @@ from gruc.plan.static import StaticProgram, plan_program, plan_report
 from gruc.plan.sweep import SweepResult, run_sweep
 
 __all__ = [
-    "plan_layer", "plan_row", "plan_program", "plan_report", "StaticProgram", "LayerPlan",
+    "plan_layer", "plan_config", "plan_row", "plan_program", "plan_report", "StaticProgram",
+    "LayerPlan", "ProductPlan", "PLANNED_LAYERS", "PlannedLayer", "planned_layer",
     "config_key", "ROW_COLUMNS", "SweepSpec", "parse_values", "run_sweep", "SweepResult",
     "RowStore", "find_max", "FindMaxResult", "make_executor", "SerialExecutor",
     "ProcessExecutor", "DaskExecutor", "plot_metrics", "plot_tile_heatmap",

@@ -1,16 +1,19 @@
 """Sweep grids: which layer flags vary, over which values, and the configurations they make.
 
-A :class:`SweepSpec` holds fixed layer flags and swept ones (each with a tuple of values); its
-configurations are the cross product, first swept flag outermost, each validated as a
-:class:`~gruc.popnn.gru_layer.GruLayerConfig`.  :func:`parse_values` reads one flag's values from
-the command line:
+A :class:`SweepSpec` names the kind of layer it plans (``gru``, the default, ``fc`` or ``gemm``:
+:data:`~gruc.plan.layers.PLANNED_LAYERS`) and holds fixed flags and swept ones (each with a tuple
+of values); its configurations are the cross product, first swept flag outermost, each validated
+by the kind's model (:class:`~gruc.popnn.gru_layer.GruLayerConfig`,
+:class:`~gruc.tools.products.FcConfig`, :class:`~gruc.tools.products.GemmConfig`).
+:func:`parse_values` reads one flag's values from the command line:
 
 * a list ``1,4,16``;
 * a range ``START:STOP`` or ``START:STOP:STEP`` — **inclusive** of ``STOP`` when the steps land on
   it (``128:1024:128`` is 128, 256, ..., 1024; ``1:10:4`` is 1, 5, 9), like the value lists people
   write by hand; a negative step counts down; float flags take float ranges;
-* flags whose single value is already a comma list (``--cell-order``, ``--variable-time-steps``)
-  separate alternatives with ``/``: ``--variable-time-steps 97,67,87/50,50,50``.
+* flags whose single value is already a comma list (the GRU layer's ``--cell-order`` and
+  ``--variable-time-steps``) separate alternatives with ``/``:
+  ``--variable-time-steps 97,67,87/50,50,50``.
 """
 
 from __future__ import annotations
@@ -23,21 +26,20 @@ from typing import Any, Callable
 from pydantic import Field, model_validator
 
 from gruc.errors import GrucTypeError, GrucValueError
-from gruc.plan.layer import PLAN_IGNORED, effective_pipeline
+from gruc.plan.layers import PLANNED_LAYERS, planned_layer
+from gruc.plan.planned import PlannedLayer, effective_pipeline
 from gruc.plan.rows import cell_text
-from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.validated import GrucModel
-
-TUPLE_FIELDS = ("cell_order", "variable_time_steps")
-"""Layer flags whose one value is a comma list; their alternatives are separated by ``/``."""
 
 MAX_CONFIGURATIONS = 1_000_000
 """A grid larger than this is almost surely a typo in a range (and would not finish anyway)."""
 
 
 class SweepSpec(GrucModel):
-    """A planning sweep over GRU layer flags (``GruLayerConfig`` field names)."""
+    """A planning sweep over the flags of one kind of layer (its model's field names)."""
 
+    layer: str = Field("gru", description="The kind of layer planned: "
+                                          f"{', '.join(PLANNED_LAYERS)}.")
     fixed: dict[str, Any] = Field(default_factory=dict,
                                   description="Flags every configuration shares.")
     swept: dict[str, tuple[Any, ...]] = Field(
@@ -48,14 +50,14 @@ class SweepSpec(GrucModel):
 
     @model_validator(mode="after")
     def _known_flags(self) -> "SweepSpec":
-        """Refuse, when the spec is made, a grid no sweep should start: flags a plan does not depend
-        on, a flag both fixed and swept, a swept flag without values, a pipeline that does not
-        parse, more than MAX_CONFIGURATIONS points."""
-        allowed = [f for f in GruLayerConfig.model_fields if f not in PLAN_IGNORED]
+        """Refuse, when the spec is made, a grid no sweep should start: a layer gruc does not
+        plan, flags a plan of it does not depend on, a flag both fixed and swept, a swept flag
+        without values, a pipeline that does not parse, more than MAX_CONFIGURATIONS points."""
+        allowed = planned_layer(self.layer).flags
         for name in [*self.fixed, *self.swept]:
             if name not in allowed:
-                raise ValueError(f"{name!r} is not a layer flag a plan depends on; flags: "
-                                 f"{', '.join(allowed)}")
+                raise ValueError(f"{name!r} is not a layer flag a {self.layer} plan depends "
+                                 f"on; flags: {', '.join(allowed)}")
         both = sorted(set(self.fixed) & set(self.swept))
         if both:
             raise ValueError(f"flags {both} are both fixed and swept")
@@ -70,6 +72,11 @@ class SweepSpec(GrucModel):
         return self
 
     @property
+    def kind(self) -> PlannedLayer:
+        """The kind of layer planned."""
+        return PLANNED_LAYERS[self.layer]
+
+    @property
     def size(self) -> int:
         """How many configurations the grid has."""
         return math.prod(len(values) for values in self.swept.values())
@@ -79,14 +86,22 @@ class SweepSpec(GrucModel):
         """The swept flags, in grid order (the leading columns of every row)."""
         return tuple(self.swept)
 
-    def configs(self) -> list[GruLayerConfig]:
+    def configs(self) -> list[Any]:
         """Every configuration of the grid, validated; a combination the layer refuses raises
-        :class:`~gruc.errors.GrucValueError` naming it."""
+        :class:`~gruc.errors.GrucValueError` naming it, and so does a flag the layer has no
+        default for that is neither fixed nor swept."""
+        model = self.kind.model
+        lacking = [name for name, field in model.model_fields.items()
+                   if field.is_required() and name not in self.fixed and name not in self.swept]
+        if lacking:
+            flags = ", ".join("--" + name.rstrip("_").replace("_", "-") for name in lacking)
+            raise GrucValueError(f"{self.layer} plans need {', '.join(lacking)} ({flags}): "
+                                 "give each one value, a list or a range")
         result = []
         for combo in itertools.product(*self.swept.values()):
             values = dict(zip(self.swept, combo))
             try:
-                result.append(GruLayerConfig(**self.fixed, **values))
+                result.append(model(**self.fixed, **values))
             except GrucValueError as error:
                 named = ", ".join(f"{k}={cell_text(v)}" for k, v in values.items())
                 where = f"configuration {named}" if named else "the fixed flags"
@@ -96,7 +111,8 @@ class SweepSpec(GrucModel):
     def with_value(self, name: str, value: Any) -> "SweepSpec":
         """This sweep with flag ``name`` fixed to ``value`` (no longer swept)."""
         swept = {k: v for k, v in self.swept.items() if k != name}
-        return SweepSpec(fixed={**self.fixed, name: value}, swept=swept, pipeline=self.pipeline)
+        return SweepSpec(layer=self.layer, fixed={**self.fixed, name: value}, swept=swept,
+                         pipeline=self.pipeline)
 
 
 def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:

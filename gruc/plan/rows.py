@@ -61,12 +61,17 @@ def cell_text(value: Any) -> str:
 RowCheck = Callable[[dict[str, Any]], str | None]
 """Why a row read back cannot be used (None: it can): the sweep's own rules for its rows."""
 
+RowUpgrade = Callable[[dict[str, Any]], dict[str, Any]]
+"""A row read back in the form this gruc writes (an older gruc's key brought up to date)."""
 
-def read_rows(path: Path, check_row: RowCheck | None = None) -> list[dict[str, Any]]:
-    """The rows of ``path``.  Anything but a JSON list of rows, each with a ``config`` text
-    (and passing ``check_row``), is refused naming the file and the first bad row — before any
-    planning: a row that failed only when the files were rewritten, after planning, lost the
-    new rows, and a traceback left the user guessing which file to fix."""
+
+def read_rows(path: Path, check_row: RowCheck | None = None,
+              upgrade_row: RowUpgrade | None = None) -> list[dict[str, Any]]:
+    """The rows of ``path``, each passed through ``upgrade_row`` (if given) once it is known to
+    be an object with a ``config`` text.  Anything but a JSON list of such rows (each passing
+    ``check_row``) is refused naming the file and the first bad row — before any planning: a
+    row that failed only when the files were rewritten, after planning, lost the new rows, and
+    a traceback left the user guessing which file to fix."""
     def refused(why: str) -> GrucValueError:
         return GrucValueError(f"{path} is not a rows file this gruc wrote: {why}; move it away "
                               "or choose another --out")
@@ -89,6 +94,8 @@ def read_rows(path: Path, check_row: RowCheck | None = None) -> list[dict[str, A
             raise refused(f"row {index} is not an object with a 'config' key")
         if not isinstance(row["config"], str):
             raise refused(f"row {index}'s 'config' is {short_text(row['config'])}, not text")
+        if upgrade_row is not None:
+            row = loaded[index] = upgrade_row(row)
         if row["config"] in first:
             raise refused(f"two rows for one configuration (rows {first[row['config']]} and "
                           f"{index})")
@@ -107,9 +114,11 @@ def short_text(value: Any, limit: int = 60) -> str:
 
 class RowStore:
     """The rows of one output directory, loaded from ``rows.json`` if a previous run left one
-    (each checked by ``check_row``, a sweep's rules for its rows: see :func:`read_rows`)."""
+    (each upgraded by ``upgrade_row`` and checked by ``check_row``, a sweep's rules for its rows:
+    see :func:`read_rows`)."""
 
-    def __init__(self, directory: str | os.PathLike, check_row: RowCheck | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike, check_row: RowCheck | None = None,
+                 upgrade_row: RowUpgrade | None = None) -> None:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise GrucValueError(f"output directory {str(self.directory)!r} is a file")
@@ -120,7 +129,7 @@ class RowStore:
         self._by_key: dict[str, dict[str, Any]] = {}
         if self.json_path.exists():
             try:
-                loaded = read_rows(self.json_path, check_row)
+                loaded = read_rows(self.json_path, check_row, upgrade_row)
             except BaseException:
                 self._lock.close()  # refused: the directory is free for the next try
                 raise

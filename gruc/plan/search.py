@@ -1,5 +1,8 @@
 """``--find-max FLAG``: the largest value of one integer layer flag that still fits in tile memory.
 
+Any kind of layer a study plans can be searched (:data:`~gruc.plan.layers.PLANNED_LAYERS`: each
+names its searchable flags, e.g. the batch size of a GRU or fully connected layer, gemm's ``m``).
+
 Why a search and not a scan: the answer can be in the thousands (a batch size on an ipu2) and a
 plan costs up to seconds, so the value is bracketed by doubling from the start value (the flag's
 fixed value, else 1) until a plan does not fit — or, from a start that does not fit, by halving
@@ -35,15 +38,10 @@ from typing import Any, Callable
 from gruc.errors import GrucValueError
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
-from gruc.plan.layer import config_key, plan_row, row_problem
+from gruc.plan.layers import config_key, plan_row, planned_layer
 from gruc.plan.rows import RowStore
-from gruc.plan.sweep import Progress
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.plan.sweep import Progress, open_study
 from gruc.text import plural
-
-SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",
-              "tiles_per_ipu", "ipus")
-"""Integer layer flags ``find_max`` can search."""
 
 DEFAULT_LIMIT = 1 << 20
 """Largest value the search tries unless told otherwise."""
@@ -207,16 +205,17 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     plans, each waiting for the last, so the points are what runs in parallel.
     """
     check_spec(spec, "find_max")
-    if flag not in SEARCHABLE:
-        raise GrucValueError(f"cannot search flag {flag!r}; searchable flags: "
-                             f"{', '.join(SEARCHABLE)}")
+    kind = spec.kind
+    if flag not in kind.searchable:
+        raise GrucValueError(f"cannot search flag {flag!r}; searchable flags of {kind.name} "
+                             f"layers: {', '.join(kind.searchable)}")
     if flag in spec.swept:
         raise GrucValueError(f"{flag!r} is both searched and swept; give it one start value or "
                              "none")
     start = spec.fixed.get(flag)
     start = 1 if start is None else start
     try:  # a start value no layer may have is a bad input, not a search that finds nothing
-        GruLayerConfig(**{flag: start})
+        kind.model(**{**kind.required, flag: start})
     except GrucValueError as error:
         raise GrucValueError(f"find-max {flag} cannot start at {start!r}: {error}") from None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < start:
@@ -224,8 +223,9 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
                              f"{start}")
     points = _points(spec, flag, start)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
-                               swept=(*spec.parameters, flag), pipeline=spec.pipeline)
-    with RowStore(out, check_row=row_problem) as store:  # closing writes the files: in step even when interrupted
+                               swept=(*spec.parameters, flag), pipeline=spec.pipeline,
+                               layer=spec.layer)
+    with open_study(out, spec) as store:  # closing writes the files: in step even when interrupted
         known = _known_rows(store, flag)
         items = [{"config": config.model_dump(),
                   "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}
@@ -245,7 +245,7 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     return results
 
 
-def _points(spec: SweepSpec, flag: str, start: int) -> list[GruLayerConfig]:
+def _points(spec: SweepSpec, flag: str, start: int) -> list[Any]:
     """The configurations of the other flags' grid, checked with ``flag`` at the start value
     (per-row lengths must match the batch size given, not the default) — or, where the start is
     refused (lengths longer than a first sequence of 1 step), at ``flag``'s default: the search
@@ -253,11 +253,12 @@ def _points(spec: SweepSpec, flag: str, start: int) -> list[GruLayerConfig]:
     read."""
     others = {k: v for k, v in spec.fixed.items() if k != flag}
     try:
-        return SweepSpec(fixed={**others, flag: start}, swept=spec.swept,
+        return SweepSpec(layer=spec.layer, fixed={**others, flag: start}, swept=spec.swept,
                          pipeline=spec.pipeline).configs()
     except GrucValueError as at_start:
         try:
-            return SweepSpec(fixed=others, swept=spec.swept, pipeline=spec.pipeline).configs()
+            return SweepSpec(layer=spec.layer, fixed=others, swept=spec.swept,
+                             pipeline=spec.pipeline).configs()
         except GrucValueError:
             raise at_start from None
 
@@ -267,12 +268,12 @@ Searched = tuple[int | None, int | None, dict[int, dict[str, Any]]]
 
 
 def search_task(item: dict[str, Any], *, flag: str, start: int, limit: int,
-                swept: tuple[str, ...], pipeline: str | None,
+                swept: tuple[str, ...], pipeline: str | None, layer: str = "gru",
                 planned: Callable[[dict[str, Any]], None] | None = None) -> Searched:
     """One grid point's search (top level, so worker processes can unpickle it): ``item`` holds
-    the point's configuration and the rows already stored for it (``known``, by key); each row
-    planned now is passed to ``planned``, if given."""
-    config, known = GruLayerConfig(**item["config"]), item["known"]
+    the point's configuration (of the kind ``layer``) and the rows already stored for it
+    (``known``, by key); each row planned now is passed to ``planned``, if given."""
+    config, known = planned_layer(layer).model(**item["config"]), item["known"]
     seen: dict[int, dict[str, Any]] = {}
 
     def evaluate(value: int) -> dict[str, Any]:
@@ -341,11 +342,11 @@ def _known_rows(store: RowStore, flag: str) -> dict[str, dict[str, dict[str, Any
     return known
 
 
-def _row_of(base: GruLayerConfig, flag: str, value: int, swept: tuple[str, ...],
+def _row_of(base: Any, flag: str, value: int, swept: tuple[str, ...],
             pipeline: str | None, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The row of ``base`` with ``flag = value``: a known one, else planned now."""
     try:
-        config = GruLayerConfig(**{**base.model_dump(), flag: value})
+        config = type(base)(**{**base.model_dump(), flag: value})
     except GrucValueError as error:
         return {flag: value, "fits": None, "error": f"{type(error).__name__}: {error}"}
     key = config_key(config, pipeline)

@@ -3,6 +3,8 @@
 :func:`run_sweep` skips the configurations whose rows the output directory already holds (a
 re-run of an interrupted sweep computes only what is missing), sends the rest to an executor
 (:mod:`gruc.plan.executors`) and stores each row the moment it arrives (:mod:`gruc.plan.rows`).
+A study's directory may hold rows of several kinds of layer (each row's key names its kind);
+once it does, every row gets a ``layer`` parameter column (:func:`open_study`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,26 @@ from typing import Any, TextIO
 
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
-from gruc.plan.layer import config_key, plan_row, row_problem
+from gruc.plan.layers import config_key, planned_layer, row_layer, row_problem, upgrade_row
 from gruc.plan.rows import RowStore
-from gruc.popnn.gru_layer import GruLayerConfig
 
 
-def plan_task(config: dict[str, Any], swept: tuple[str, ...],
-              pipeline: str | None) -> dict[str, Any]:
-    """One sweep task (top level, so worker processes can unpickle it): the row of ``config``."""
-    return plan_row(GruLayerConfig(**config), swept, pipeline)
+def plan_task(config: dict[str, Any], swept: tuple[str, ...], pipeline: str | None,
+              layer: str = "gru") -> dict[str, Any]:
+    """One sweep task (top level, so worker processes can unpickle it): the row of ``config``,
+    a configuration of the kind ``layer``."""
+    kind = planned_layer(layer)
+    return kind.plan_row(kind.model(**config), swept, pipeline)
+
+
+def open_study(out: str | os.PathLike, spec: SweepSpec) -> RowStore:
+    """The rows of the study in ``out``, for a sweep or search of ``spec`` (rows an older gruc
+    wrote brought up to date, every row checked); rows of another kind of layer there make
+    ``layer`` a parameter column of every row, so the table says which row is which."""
+    store = RowStore(out, check_row=row_problem, upgrade_row=upgrade_row)
+    if any(row_layer(row) != spec.layer for row in store.rows):
+        store.declare_parameters(("layer",))
+    return store
 
 
 class Progress:
@@ -94,7 +107,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     start = time.perf_counter()
     configs = spec.configs()
     keys = [config_key(c, spec.pipeline) for c in configs]
-    with RowStore(out, check_row=row_problem) as store:  # closing writes the files: in step even when interrupted
+    with open_study(out, spec) as store:  # closing writes the files: in step even when interrupted
         store.declare_parameters(spec.parameters)  # rows other grids left get these columns
         first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeat runs once
         todo = [k for key, k in sorted(first.items(), key=lambda item: item[1])
@@ -104,7 +117,8 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
         executor = make_executor() if own else executor
         bar = Progress(len(first), enabled=progress)
         bar.update(skipped, "(resumed)" if skipped else "")
-        task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline)
+        task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline,
+                                 layer=spec.layer)
         try:
             items = [configs[k].model_dump() for k in todo]
             for done, (_, row) in enumerate(executor.map_unordered(task, items), start=1):

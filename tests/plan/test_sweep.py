@@ -13,7 +13,7 @@ import pytest
 
 from gruc.errors import GrucValueError
 from gruc.plan import ProcessExecutor, RowStore, SerialExecutor, SweepSpec, run_sweep
-from gruc.plan.layer import TIMING_COLUMNS
+from gruc.plan.planned import TIMING_COLUMNS
 
 # ipu2, plan-only: 2 x 2 x 3 x 2 = 24 configurations.  The executors are under test here, so the
 # sweeps compile without the default pipeline, whose passes dominate small plans (the plan-only ==
