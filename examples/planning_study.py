@@ -58,7 +58,7 @@ def main(out: str | Path | None = None, tiles: int = 64, sequences: tuple[int, .
               f"{most['shards']} shards cost {most['cycles_total'] / best['cycles_total']:.2f}× "
               f"its cycles")
     if plots:
-        for path in plot_metrics(result.rows, spec.parameters, out):
+        for path in plot_metrics(result.rows, spec.parameters, out, "GRU layer"):
             print(f"plot: {path}")
     return result.rows
 

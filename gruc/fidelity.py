@@ -167,18 +167,10 @@ def layer_config(row: PoplarRow) -> Any:
 def plan_figures(config: Any) -> tuple[Report, float]:
     """Plan a layer compile-only (no passes) and report it as one invocation of its tool would
     run: the report and its compile seconds."""
-    if isinstance(config, GruLayerConfig):
-        from gruc.plan.layer import plan_layer  # the planner imports the layer builders
+    from gruc.plan.layers import plan_config  # the planner imports the layer builders
 
-        plan = plan_layer(config, FIDELITY_PIPELINE)
-        return plan.report, plan.compile_seconds
-    from gruc.plan.static import plan_program
-    from gruc.tools.products import FcConfig, build_fc, build_gemm
-
-    layer = build_fc(config) if isinstance(config, FcConfig) else build_gemm(config)
-    report = plan_program(layer.graph, layer.programs, runs=layer.runs,
-                          pipeline=FIDELITY_PIPELINE)
-    return report, report.compile_seconds
+    plan = plan_config(config, FIDELITY_PIPELINE)
+    return plan.report, plan.compile_seconds
 
 
 def figures(report: Report) -> dict[str, int]:

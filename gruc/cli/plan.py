@@ -35,7 +35,7 @@ from gruc.cli.products import (COMMON_FLAGS, MATMUL_FLAGS, MATMUL_OPTION_NAMES,
                                parse_matmul_options)
 from gruc.errors import GrucValueError
 from gruc.plan import (PLANNED_LAYERS, SweepSpec, find_max, make_executor, parse_values,
-                       planned_layer, plot_metrics, run_sweep)
+                       planned_layer, plot_metrics, plot_tile_heatmap, run_sweep)
 from gruc.plan.planned import PlannedLayer
 from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT
@@ -106,13 +106,12 @@ def _add_study_flags(parser: argparse.ArgumentParser, kind: PlannedLayer) -> Non
     parser.add_argument("--find-max-limit", type=int, default=None, metavar="N",
                         help=f"largest value the search tries (default: {DEFAULT_LIMIT})")
     parser.add_argument("--plots", action="store_true",
-                        help="write PNG plots to DIR/plots (metrics per swept flag"
-                             + (", tile heatmap)" if kind.heatmap else "; no tile heatmap yet)"))
+                        help="write PNG plots to DIR/plots (metrics per swept flag, tile "
+                             "heatmap)")
     parser.add_argument("--heatmap", type=int, metavar="INDEX",
                         help="configuration (0-based, in grid order: the swept flags as this "
                              "help lists them, the last fastest) of the tile heatmap (default: "
-                             "the largest max tile memory; with --find-max, the first overflow)"
-                             + ("" if kind.heatmap else f"; not drawn for {kind.name} yet"))
+                             "the largest max tile memory; with --find-max, the first overflow)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: only on a terminal)")
 
@@ -180,7 +179,7 @@ def _heatmap(row: dict[str, Any], out: Path) -> None:
     flags = json.loads(row["config"])
     pipeline, kind = flags.pop("pipeline"), planned_layer(flags.pop("layer"))
     plan = kind.plan(kind.model(**flags), pipeline)
-    print(f"heatmap           {kind.heatmap(plan, out / 'plots' / 'tile-heatmap.png')}")
+    print(f"heatmap           {plot_tile_heatmap(plan, out / 'plots' / 'tile-heatmap.png')}")
 
 
 def _choose(rows: list[dict[str, Any]], index: int | None) -> dict[str, Any] | None:
@@ -231,14 +230,11 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
     if all(row.get("error") for row in rows):
         print("plots             none: gruc refused every configuration")
         return
-    paths = plot_metrics(rows, parameters, out / "plots")
+    paths = plot_metrics(rows, parameters, out / "plots", kind.title)
     if not paths:
         print("plots             none: nothing is swept (a metric plot needs a swept flag)")
     for path in paths:
         print(f"plot              {path}")
-    if kind.heatmap is None:
-        print(f"heatmap           none: not drawn for {kind.name} plans yet")
-        return
     chosen = preferred if index is None and preferred is not None else _choose(rows, index)
     if chosen is not None and chosen.get("error"):
         print(f"heatmap           none: configuration {index} was refused ({chosen['error']})")
@@ -260,9 +256,6 @@ def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
     index = args.heatmap
     if index is None:
         return
-    if spec.kind.heatmap is None:
-        raise GrucValueError(f"--heatmap {index}: the tile heatmap is not drawn for "
-                             f"{spec.layer} plans yet; --plots draws their metric plots")
     if not args.plots:
         raise GrucValueError(f"--heatmap {index} chooses the configuration of the tile heatmap "
                              "that --plots draws; add --plots")

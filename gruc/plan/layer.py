@@ -36,6 +36,7 @@ from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
 from gruc.runtime.report import Report
+from gruc.text import plural
 
 PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
 """Layer flags that change how a layer runs or is checked, never its plan."""
@@ -106,6 +107,12 @@ class LayerPlan:
     def flops(self) -> int:
         """Floating-point operations of one run of the layer."""
         return self.layer.flops()
+
+    def describe(self) -> str:
+        """The configuration in one line, for figures: ``GRU S=20 B=8 I=64 H=64 float, 1 shard``."""
+        c = self.config
+        return (f"GRU S={c.sequence_size} B={c.batch_size} I={c.input_size} H={c.output_size} "
+                f"{c.data_type} {c.phase}, {plural(self.layer.num_shards, 'shard')}")
 
 
 def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan:

@@ -30,7 +30,6 @@ from gruc.errors import GrucValueError
 from gruc.plan import layer as gru_plan
 from gruc.plan.planned import (ROW_COLUMNS, PlannedLayer, canonical, effective_pipeline,
                                number_problem)
-from gruc.plan.plots import plot_tile_heatmap
 from gruc.plan.rows import short_text
 from gruc.plan.static import plan_program
 from gruc.popnn.gru_layer import GruLayerConfig
@@ -62,6 +61,15 @@ class ProductPlan:
     def flops(self) -> int:
         return self.layer.flops()
 
+    def describe(self) -> str:
+        """The configuration in one line, for figures: ``fc B=16 I=1324 O=100 G=1 half all``."""
+        c = self.config
+        if isinstance(c, FcConfig):
+            return (f"fc B={c.batch_size} I={c.input_size} O={c.output_size} G={c.num_groups} "
+                    f"{c.data_type} {c.pass_}")
+        return (f"gemm G={c.g} M={c.m} K={c.k} N={c.n} {c.data_type}"
+                + (" A^T" if c.transpose_a else "") + (" B^T" if c.transpose_b else ""))
+
 
 def plan_product(build: Callable[[Any], ProductLayer], config: ProductToolConfig,
                  pipeline: str | None = None) -> ProductPlan:
@@ -82,7 +90,7 @@ def _plan_gru(config: GruLayerConfig, pipeline: str | None) -> gru_plan.LayerPla
 
 PLANNED_LAYERS: dict[str, PlannedLayer] = {
     "gru": PlannedLayer("gru", "GRU layer", GruLayerConfig, gru_plan.PLAN_IGNORED, _plan_gru,
-                        gru_plan.SEARCHABLE, {}, gru_plan.TUPLE_FIELDS, plot_tile_heatmap),
+                        gru_plan.SEARCHABLE, {}, gru_plan.TUPLE_FIELDS),
     "fc": PlannedLayer("fc", "fully connected layer", FcConfig, PRODUCT_IGNORED,
                        functools.partial(plan_product, build_fc),
                        ("batch_size", "input_size", "output_size", "num_groups", *PRODUCT_SIZES),

@@ -112,8 +112,6 @@ class PlannedLayer:
     one other flag alone."""
     tuple_fields: tuple[str, ...] = ()
     """Flags whose one value is a comma list (their alternatives are separated by ``/``)."""
-    heatmap: Callable[[Any, Any], Any] | None = None
-    """Draw a plan's tile heatmap to a path (None: no heatmap for this kind yet)."""
 
     @property
     def flags(self) -> tuple[str, ...]:

@@ -26,7 +26,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gruc.plan.layer import LayerPlan
 from gruc.runtime.report import atomic_file
 from gruc.runtime.viz import require_matplotlib, tile_grid
 from gruc.text import plural
@@ -109,7 +108,8 @@ def _integer_ticks(axis, log: bool) -> None:
         axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: Sequence[str]):
+def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: Sequence[str],
+                   title: str = "layer"):
     """The figure of every metric against swept flag ``parameter`` (one line per combination
     of the other flags; rows with an error left out by the caller)."""
     others = [p for p in parameters if p != parameter]
@@ -160,20 +160,20 @@ def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: S
         handles, labels = axes[0].get_legend_handles_labels()
         figure.legend(handles, labels, loc="outside lower center", fontsize="small",
                       ncols=min(4, len(labels)))
-    figure.suptitle(f"GRU layer plan: metrics against {parameter}")
+    figure.suptitle(f"{title} plan: metrics against {parameter}")
     return figure
 
 
 def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
-                 directory: str | os.PathLike) -> list[Path]:
-    """Write ``metrics-<flag>.png`` for each swept flag (:func:`metrics_figure`); rows with an
-    error are left out (none left: no plots)."""
+                 directory: str | os.PathLike, title: str = "layer") -> list[Path]:
+    """Write ``metrics-<flag>.png`` for each swept flag (:func:`metrics_figure`; ``title``:
+    what was planned, ``GRU layer``); rows with an error are left out (none left: no plots)."""
     rows = [r for r in rows if not r.get("error")]
     if not rows:
         return []
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return [_save(metrics_figure(rows, parameter, parameters),
+    return [_save(metrics_figure(rows, parameter, parameters, title),
                   directory / f"metrics-{parameter}.png") for parameter in parameters]
 
 
@@ -188,8 +188,9 @@ def heatmap_grid(values: np.ndarray, tiles_per_ipu: int) -> np.ndarray:
     return grid.reshape(num_ipus * rows, columns)
 
 
-def heatmap_figure(plan: LayerPlan):
-    """Memory per tile (total including gaps) of one planned configuration, on the tile map's
+def heatmap_figure(plan):
+    """Memory per tile (total including gaps) of one planned configuration (any kind's plan: its
+    ``report`` and ``describe()``), on the tile map's
     grid, on a colour scale from the least to the most any tile holds (a scale pinned to the
     capacity paints every tile alike at a few percent use); tiles over capacity crossed."""
     from matplotlib import colormaps
@@ -216,10 +217,7 @@ def heatmap_figure(plan: LayerPlan):
         ax.scatter(local % columns, ipu * rows + local // columns, marker="x", color="red",
                    label=f"{plural(len(over), 'tile')} over capacity")
         ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), fontsize="small")
-    config = plan.config
-    ax.set_title(f"S={config.sequence_size} B={config.batch_size} I={config.input_size} "
-                 f"H={config.output_size} {config.data_type}, "
-                 f"{plural(plan.layer.num_shards, 'shard')}, {target.describe()}\nmax tile "
+    ax.set_title(f"{plan.describe()}, {target.describe()}\nmax tile "
                  f"{report.max_tile_bytes:,} B of {target.bytes_per_tile:,} B "
                  f"({100 * report.max_tile_bytes / target.bytes_per_tile:.1f}%); tile = IPU x "
                  f"{target.tiles_per_ipu} + row x {columns} + column", fontsize="medium")
@@ -230,7 +228,7 @@ def heatmap_figure(plan: LayerPlan):
     return figure
 
 
-def plot_tile_heatmap(plan: LayerPlan, path: str | os.PathLike) -> Path:
+def plot_tile_heatmap(plan, path: str | os.PathLike) -> Path:
     """Write :func:`heatmap_figure` of one planned configuration to ``path``."""
     return _save(heatmap_figure(plan), Path(path))
 

@@ -50,14 +50,14 @@ def test_a_gemm_sweep_over_transposes_with_plots(tmp_path, capsys):
             str(tmp_path), "--plots"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "4 planned now" in out and "heatmap           none: not drawn for gemm plans yet" in out
+    assert "4 planned now" in out and "tile-heatmap.png" in out
     with open(tmp_path / "rows.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     assert [(r["transpose_a"], r["transpose_b"]) for r in table] == [
         ("False", "False"), ("False", "True"), ("True", "False"), ("True", "True")]
     assert all(r["shards_chosen"] == "" for r in table)
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert plots == ["metrics-transpose_a.png", "metrics-transpose_b.png"]
+    assert plots == ["metrics-transpose_a.png", "metrics-transpose_b.png", "tile-heatmap.png"]
 
 
 def test_fc_find_max_of_the_batch(tmp_path, capsys):
@@ -119,7 +119,7 @@ def test_help_says_how_to_pick_the_layer(capsys):
     (["plan", *GEMM, "--find-max", "batch-size"], ["searchable flags of gemm plans", "--m"]),
     (["plan", *FC, "--batch-size", "1,2", "--find-max", "batch-size"],
      ["'batch_size' is both searched and swept"]),
-    (["plan", *FC, "--plots", "--heatmap", "0"], ["--heatmap 0", "not drawn for fc plans"]),
+    (["plan", *FC, "--heatmap", "0"], ["--heatmap 0", "add --plots"]),
     (["plan", *FC, "--matmul-options", '{"partialsType": "half"}', "--partials-type", "half,float"],
      ["--matmul-options partialsType and --partials-type both set partials_type"]),
     (["plan", *FC, "--matmul-options", '{"availableMemoryProportion": [0.1, 0.3]}'],
