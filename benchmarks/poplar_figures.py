@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from _common import machine, write_result
-from gruc.fidelity import FIGURES, load_rows, measure, percent, summarise
+from gruc.fidelity import (FIGURES, family, load_rows, measure, percent, summarise,
+                           tiles_of)
 from gruc.runtime.report import write_text_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,15 +35,37 @@ NAMES = {"cycles": "cycles", "total_memory": "total memory", "max_tile_memory": 
 
 
 def row_table(results: list[dict]) -> list[str]:
+    """Per row: each figure, and what gruc lacks: Poplar's cycles less gruc's (what a fixed
+    overhead per layer would show as), its total memory less gruc's per tile of the device
+    (what a fixed per-tile allocation would)."""
     lines = ["| target | row | " + " | ".join(f"{NAMES[f]}: gruc / Poplar (error)"
-                                               for f in FIGURES) + " |",
-             "|---|---|" + "---|" * len(FIGURES)]
+                                               for f in FIGURES)
+             + " | short: cycles, memory per tile |", "|---|---|" + "---|" * (len(FIGURES) + 1)]
     for result in results:
         if "ratio" not in result:
             continue
         cells = [f"{result['gruc'][f]:,} / {result['poplar'][f]:,} "
                  f"({percent(result['ratio'][f])})" for f in FIGURES]
-        lines.append(f"| {result['target']} | {result['name']} | " + " | ".join(cells) + " |")
+        cycles = result["poplar"]["cycles"] - result["gruc"]["cycles"]
+        memory = (result["poplar"]["total_memory"] - result["gruc"]["total_memory"]) \
+            / tiles_of(result["target"])
+        lines.append(f"| {result['target']} | {result['name']} | " + " | ".join(cells)
+                     + f" | {cycles:,}, {memory:,.0f} B |")
+    return lines
+
+
+def family_table(results: list[dict]) -> list[str]:
+    """Per target and kind of layer: each figure's mean signed and absolute error and the rows
+    within 10 %."""
+    by_family = summarise(results, lambda result: (result["target"], family(result["name"])))
+    lines = ["| target | layers | rows | " + " | ".join(
+        f"{NAMES[f]}: mean error / mean abs. / within 10 %" for f in FIGURES) + " |",
+        "|---|---|---|" + "---|" * len(FIGURES)]
+    for (target, label), entries in sorted(by_family.items()):
+        cells = [f"{entries[f]['mean_error']:+.1f} % / {entries[f]['mape']:.1f} % / "
+                 f"{entries[f]['within_10']}" for f in FIGURES]
+        lines.append(f"| {target} | {label} | {entries[FIGURES[0]]['rows']} | "
+                     + " | ".join(cells) + " |")
     return lines
 
 
@@ -75,6 +98,7 @@ def provenance(run: dict) -> str:
 def generated(results: list[dict], summary: dict, run: dict) -> str:
     lines = ["", provenance(run), "",
              "### Summary", "", *summary_table(summary), "",
+             "### By kind of layer", "", *family_table(results), "",
              "### Rows", "", *row_table(results), ""]
     unbuilt = unbuilt_table(results)
     if unbuilt:

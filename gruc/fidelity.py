@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable
 from gruc.errors import GrucError, GrucValueError
 from gruc.popnn.gru_layer import GruLayerConfig
 from gruc.runtime.report import Report
+from gruc.target import Target
 
 YARDSTICK = Path(__file__).resolve().parent / "data" / "poplar_figures.csv"
 """Poplar's published figures (see ``gruc/data/README.md``)."""
@@ -199,28 +200,53 @@ def measure(row: PoplarRow) -> dict[str, Any]:
     return result
 
 
-def summarise(results: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per target and figure, over the rows measured: how many, the mean absolute percentage
-    error, the worst row (its name and error) and how many are within 10 %."""
+FAMILIES = (("gru_", "_train", "GRU training"), ("gru_", "", "GRU forward"),
+            ("bert_", "", "BERT layers (fc)"), ("fc_layer_", "_1000_5_", "fc, 5 outputs"),
+            ("fc_layer_", "_1000_1000_", "fc, 1000 x 1000"), ("fc_layer_", "", "fc, other"),
+            ("gemm_", "", "matrix products"))
+"""``(name prefix, name part, family)``: the first whose prefix and part a row's name has."""
+
+
+def family(name: str) -> str:
+    """The kind of layer a yardstick row measures, from its name (its benchmark's naming)."""
+    for prefix, part, label in FAMILIES:
+        if name.startswith(prefix) and part in name:
+            return label
+    return "other"
+
+
+def summarise(results: Iterable[dict[str, Any]],
+              group: Callable[[dict[str, Any]], str] = lambda result: result["target"]
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per group (default: the target) and figure, over the rows measured: how many, the mean
+    absolute and mean signed percentage errors, the worst row (its name and error) and how many
+    are within 10 %."""
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for result in results:
         if "ratio" not in result:
             continue
         for figure in FIGURES:
             error = 100.0 * (result["ratio"][figure] - 1.0)
-            entry = summary.setdefault(result["target"], {}).setdefault(
-                figure, {"rows": 0, "sum_abs": 0.0, "worst": None, "within_10": 0})
+            entry = summary.setdefault(group(result), {}).setdefault(
+                figure, {"rows": 0, "sum_abs": 0.0, "sum": 0.0, "worst": None, "within_10": 0})
             entry["rows"] += 1
             entry["sum_abs"] += abs(error)
+            entry["sum"] += error
             entry["within_10"] += round(abs(error), 9) <= 10.0  # 1.1 is 10.000000000000009 %
             if entry["worst"] is None or abs(error) > abs(entry["worst"][1]):
                 entry["worst"] = (result["name"], error)
     for by_figure in summary.values():
         for entry in by_figure.values():
             entry["mape"] = entry.pop("sum_abs") / entry["rows"]
+            entry["mean_error"] = entry.pop("sum") / entry["rows"]
             name, error = entry.pop("worst")
             entry["worst_row"], entry["worst_error"] = name, error
     return summary
+
+
+def tiles_of(target: str) -> int:
+    """Tiles of a yardstick target's device (one IPU)."""
+    return Target.of(DEVICE_TYPES[target]).num_tiles
 
 
 def percent(ratio: float) -> str:
