@@ -457,9 +457,9 @@ def test_vertex_checks_catch_hand_built_vertices():
 
 # ---- the numba engine's fused partials + reduction -----------------------------------------------
 
-def _fused_pairs(engine):
-    from gruc.runtime.codelets.matmul import _fusible_pairs
-    return _fusible_pairs(engine.executable)
+def _fused_chains(engine):
+    from gruc.runtime.codelets.matmul_fused import _fusible_chains
+    return _fusible_chains(engine.executable)
 
 
 def _k_split_on_ipu2(graph, m, k, n, prog, acc=None, factor=None):
@@ -471,14 +471,14 @@ def _k_split_on_ipu2(graph, m, k, n, prog, acc=None, factor=None):
     return a, b, acc
 
 
-@pytest.mark.parametrize("m, k, n, fused", [(64, 512, 768, True), (5, 300, 7, False)])
-def test_fused_k_split_on_ipu2_gives_numpy_engine_result(m, k, n, fused):
-    """On ipu2 with k split into fewer than 16 blocks (one reduction stage), the numba engine
-    computes the product with one BLAS call over all of k and skips the partials in tile memory;
-    with more (two stages) each stage runs; either equals the numpy engine up to summation
-    order."""
+@pytest.mark.parametrize("m, k, n, one_stage", [(64, 512, 768, True), (5, 300, 7, False)])
+def test_fused_k_split_on_ipu2_gives_numpy_engine_result(m, k, n, one_stage):
+    """On ipu2 with k split over tiles, the numba engine computes the product with one BLAS call
+    over all of k and skips the partials in tile memory, whether one reduction stage adds them
+    (fewer than 16 blocks) or two (the first stage's rows skipped too); it equals the numpy
+    engine up to summation order."""
     plan = plan_mat_mul(Target.ipu2(), FLOAT, (m, k), (k, n))
-    assert plan.reduce_depth > 1 and (plan.reduce_depth < 16) == fused
+    assert plan.reduce_depth > 1 and (plan.reduce_depth < 16) == one_stage
     av, bv = values(np.random.default_rng(1), (m, k)), values(np.random.default_rng(2), (k, n))
     results = {}
     for backend in BACKENDS:
@@ -487,7 +487,8 @@ def test_fused_k_split_on_ipu2_gives_numpy_engine_result(m, k, n, fused):
         a, b, c = _k_split_on_ipu2(graph, m, k, n, prog)
         engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, backend)
         if backend == "numba":
-            assert len(_fused_pairs(engine)) == int(fused)
+            (chain,) = _fused_chains(engine)
+            assert (not chain[1]) == one_stage  # intermediate stages only with two stages
             engine.run()  # runs again from the same state: same answer
             out["c"] = engine.read_tensor("c")
         results[backend] = out["c"]
@@ -495,7 +496,18 @@ def test_fused_k_split_on_ipu2_gives_numpy_engine_result(m, k, n, fused):
     np.testing.assert_allclose(results["numba"], oracle(av, bv), rtol=1e-5, atol=2e-5)
 
 
-def test_fused_mat_mul_acc_with_tensor_factor_on_ipu2():
+def _accumulations(engine):
+    from gruc.runtime.codelets import matmul_fused
+    readers = matmul_fused._Readers.of(engine.executable)
+    chains = matmul_fused._fusible_chains(engine.executable, readers)
+    return matmul_fused._accumulations(engine.executable, chains, readers)
+
+
+@pytest.mark.parametrize("tensor_factor", [True, False])
+def test_fused_mat_mul_acc_on_ipu2(tensor_factor):
+    """``c += s a b`` in a loop (poplin's matMulAcc: the product, then a scaled add): the numba
+    engine keeps ``c`` on the host and takes the products of both steps at once, as the numpy
+    engine's definition gives up to summation order."""
     m, k, n = 16, 96, 40
     av, bv = values(np.random.default_rng(3), (m, k)), values(np.random.default_rng(4), (k, n))
     cv = values(np.random.default_rng(5), (m, n))
@@ -506,12 +518,13 @@ def test_fused_mat_mul_acc_with_tensor_factor_on_ipu2():
         s = graph.add_variable(FLOAT, (1,), "s")
         graph.set_tile_mapping(s, 3)
         prog = Sequence(Repeat(2, Sequence()))  # c += s a b, twice
-        a, b, _ = _k_split_on_ipu2(graph, m, k, n, prog.programs[0].body, acc=c, factor=s)
+        a, b, _ = _k_split_on_ipu2(graph, m, k, n, prog.programs[0].body, acc=c,
+                                   factor=s if tensor_factor else -0.75)
         engine, out = run(graph, prog, {"a": (a, av), "b": (b, bv), "c": (c, cv),
                                         "s": (s, np.array([-0.75], np.float32))}, {"c": c},
                           backend)
         if backend == "numba":
-            assert len(_fused_pairs(engine)) == 1
+            assert len(_fused_chains(engine)) == 1 and len(_accumulations(engine)) == 1
         results[backend] = out["c"]
     np.testing.assert_allclose(results["numba"], results["numpy"], rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(results["numba"], cv - 1.5 * oracle(av, bv), rtol=1e-5, atol=1e-4)
@@ -540,7 +553,7 @@ def test_partials_read_elsewhere_or_half_are_not_fused():
             np.float16)), "bh": (bh, bv.astype(np.float16))}, {"c": c, "seen": seen, "ch": ch},
             backend)
         if backend == "numba":
-            assert _fused_pairs(engine) == []
+            assert _fused_chains(engine) == []
         results[backend] = out
     for name in ("c", "seen", "ch"):
         np.testing.assert_allclose(results["numba"][name], results["numpy"][name], rtol=1e-5,

@@ -15,7 +15,7 @@ from gruc.ir.expr import _1, Const
 from gruc.ops import map_in_place
 from gruc.ops.matmul import create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul
 from gruc.runtime import blas
-from gruc.runtime.codelets import matmul as matmul_codelets
+from gruc.runtime.codelets import matmul_fused as matmul_codelets
 
 MKL_EXPECTED = platform.system() == "Linux" and platform.machine() == "x86_64"
 """Where the test extra installs the ``mkl`` wheel (as the ``mkl`` extra does), so it must load."""

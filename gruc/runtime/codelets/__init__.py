@@ -5,3 +5,4 @@ from gruc.runtime.codelets import elementwise  # noqa: F401
 from gruc.runtime.codelets import reduce  # noqa: F401
 from gruc.runtime.codelets import dynamic  # noqa: F401
 from gruc.runtime.codelets import matmul  # noqa: F401
+from gruc.runtime.codelets import matmul_fused  # noqa: F401

@@ -16,15 +16,15 @@ over ``[g, Pk]``), and scatters them to their tiles — the same sums as the def
 speed.  Half data is moved as raw 16-bit words
 and converted by numpy, since numba cannot load float16.  When the executable shows that a step's
 float partials are read only by the reduction in the very next step, the two are fused
-(:func:`_prepare_partials`): one BLAS call over all of k, the output written directly, the
-partials never scattered nor gathered.  An operand that provably did not change since the step
+(:mod:`gruc.runtime.codelets.matmul_fused`): one BLAS call over all of k, the output written
+directly, the partials never scattered nor gathered.  An operand that provably did not change since the step
 last gathered it (the weights, in an RNN loop) is not gathered again, nor, with MKL, packed again
 for BLAS (:class:`~gruc.runtime.blas.WeightsProduct`); one that another product step gathered
 since it last changed is copied from that step's host array
 (:class:`~gruc.runtime.transfer.SharedRead`).
 A weight-gradient accumulator (``MatMulReduceAcc`` in a loop) is kept on the host between steps
 and takes its per-step products in stacks: one product over the k of many steps, at full BLAS
-rate (see ``_kept_accumulation``).
+rate (:mod:`gruc.runtime.codelets.matmul_fused`).
 
 Estimates: a tile's partial products cost what poplin's vertex for them costs (the AMP's
 ``ConvPartial1x1Out`` or horizontal MACs, :mod:`gruc.ir.codelets.conv_costs`); a reduction stage
@@ -38,8 +38,6 @@ output tile.
 from __future__ import annotations
 
 import itertools
-from functools import partial
-from typing import Callable
 
 import numpy as np
 
@@ -49,11 +47,10 @@ from gruc.ir.codelets.matmul import (FIELD_N, Blocking, block_tiles, block_view,
                                      method_of)
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import Traffic, cycle_estimator, exchange_estimator
-from gruc.runtime.blas import Product, WeightsProduct, library_name
-from gruc.runtime.interp import Prepared, RunHooks, numpy_vertex
-from gruc.runtime.kernels import HostCopies, Unchanged, numba_executable_hook, numba_vertex
-from gruc.runtime.lower import (Block, Branch, CopyStep, DeviceMemory, Executable, ExecuteStep,
-                                Loop, LoweredVertex, Operand, PrintStep, WhileLoop, aligned_array)
+from gruc.runtime.blas import Product, library_name
+from gruc.runtime.interp import Prepared, numpy_vertex
+from gruc.runtime.kernels import HostCopies, Unchanged, numba_vertex
+from gruc.runtime.lower import DeviceMemory, Executable, LoweredVertex, Operand, aligned_array
 from gruc.runtime.transfer import SharedRead, Transfer
 from gruc.target import Target
 from gruc.types import FLOAT, HALF
@@ -98,7 +95,7 @@ def _factor(memory: DeviceMemory, scale: Operand | None, k: float) -> np.float32
     """``k * scale[0]`` in float32 (the scale tensor read at run time)."""
     if scale is None:
         return F32(k)
-    return F32(k) * F32(memory.view(scale.dtype)[scale.index[0]])
+    return F32(k) * F32(memory.view(scale.dtype)[scale.index.reshape(-1)[0]])
 
 
 @numpy_vertex("MatMulReduce")
@@ -210,337 +207,6 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
             o_io.write(memory, total)
 
     return run
-
-
-# ---- numba: a partials step and its reduction fused into one product ------------------------
-# The float partials of a k-split product are a temporary whose only reader is the reduction in the
-# next step.  When the executable shows exactly that, the partials vertex computes the whole
-# product with one BLAS call over all of k (float32; only the summation order differs from the
-# definition) into a host buffer, and the reduction writes it to the output: the partials are
-# neither scattered to tile memory nor gathered back.  The partials' tile memory is left as it
-# was, which nothing can observe (checked below, by variable: the memory plan may give the
-# partials' addresses to other tensors at other times, and those are written before being read).
-def _blocks(executable: Executable):
-    """Every Block of the executable's programs and functions, nested ones included."""
-    stack = list(executable.programs) + list(executable.functions)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Block):
-            yield item
-            stack.extend(item.items)
-        elif isinstance(item, Loop):
-            stack.append(item.body)
-        elif isinstance(item, WhileLoop):
-            stack.extend((item.condition, item.body))
-        elif isinstance(item, Branch):
-            stack.extend((item.then, item.otherwise))
-
-
-def _predicates(executable: Executable) -> list[Operand]:
-    found = []
-    for block in _blocks(executable):
-        found.extend(item.predicate for item in block.items
-                     if isinstance(item, (WhileLoop, Branch)))
-    return found
-
-
-def _field_tensors(vertex: LoweredVertex, skip: str | None = None):
-    for name, value in vertex.vertex.fields.items():
-        if name != skip:
-            yield from (value if isinstance(value, tuple) else (value,))
-
-
-def _fusible_pairs(executable: Executable) -> list[tuple[LoweredVertex, LoweredVertex]]:
-    """(partials, reduce) vertex pairs whose float partials only that reduce, in the step right
-    after the partials' step of the same block, ever reads."""
-    candidates = []
-    for block in _blocks(executable):
-        for first, second in zip(block.items, block.items[1:]):
-            if not (isinstance(first, ExecuteStep) and isinstance(second, ExecuteStep)):
-                continue
-            for producer in first.vertices:
-                if producer.kind != "MatMulPartials":
-                    continue
-                p = producer.fields["partials"]
-                if p.dtype is not FLOAT:
-                    continue  # half partials are rounded before the sum: keep the definition
-                for consumer in second.vertices:
-                    q = consumer.fields.get("partials") if consumer.kind in (
-                        "MatMulReduce", "MatMulReduceAcc") else None
-                    if (q is not None and q.dtype is p.dtype and q.shape == p.shape
-                            and np.array_equal(q.index, p.index)):
-                        candidates.append((producer, consumer))
-                        break
-    if not candidates:
-        return []
-    # who refers to which variable, over every vertex of every step
-    users: dict[int, set[int]] = {}
-    for leaf in executable.leaves:
-        if isinstance(leaf, ExecuteStep):
-            for vertex in leaf.vertices:
-                for tensor in _field_tensors(vertex):
-                    for variable in tensor.variables():
-                        users.setdefault(id(variable), set()).add(id(vertex))
-    # variables read other than by vertices (copies, prints, predicates, host reads)
-    others = [leaf.src for leaf in executable.leaves if isinstance(leaf, CopyStep)]
-    others += [leaf.operand for leaf in executable.leaves if isinstance(leaf, PrintStep)]
-    others += _predicates(executable) + list(executable.host_reads.values())
-    read_elsewhere = {id(v) for operand in others for v in operand.tensor.variables()}
-    pairs, taken = [], set()
-    for producer, consumer in candidates:
-        if id(producer) in taken or id(consumer) in taken:
-            continue
-        variables = producer.vertex.fields["partials"].variables()
-        if any(v.is_constant for v in variables):
-            continue
-        mine = {id(v) for v in variables}
-        if any(id(v) in mine for t in _field_tensors(producer, "partials") for v in t.variables()):
-            continue
-        if any(id(v) in mine for t in _field_tensors(consumer, "partials") for v in t.variables()):
-            continue
-        if mine & read_elsewhere:
-            continue  # a copy, print, predicate or host read sees the partials
-        taken.update((id(producer), id(consumer)))
-        pairs.append((producer, consumer))
-    # A partials variable may be shared by several pairs (each time shard's loop has its own pair
-    # over the same scratch), so long as every vertex that uses it is in a fused pair: each
-    # reduction reads exactly what its own partials step wrote, and nothing else reads it.
-    while True:
-        fused = {id(vertex) for pair in pairs for vertex in pair}
-        kept = [(producer, consumer) for producer, consumer in pairs
-                if not any(users.get(id(v), set()) - fused
-                           for v in producer.vertex.fields["partials"].variables())]
-        if len(kept) == len(pairs):
-            return pairs
-        pairs = kept
-
-
-def _fused_product(operands: _Operands, product: np.ndarray) -> Prepared:
-    """The partials vertex's replacement: ``product`` = the whole ``[G, M, N]`` product (``b``,
-    the weights in a loop, packed once for as long as it does not change)."""
-    weights_product = WeightsProduct(operands.a, operands.b, product)
-
-    def run(memory: DeviceMemory) -> None:
-        weights_product(b_changed=operands.gather(memory))
-
-    return run
-
-
-def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
-    """The reduction's replacement: the output (scaled and accumulated for ``MatMulReduceAcc``)
-    from ``product``, the sum over k already taken."""
-    out, _, scale, k = _reduce_parts(consumer)
-    o_io = Transfer(out)
-    if consumer.kind != "MatMulReduceAcc":
-        return lambda memory: o_io.write(memory, product)
-    if out.dtype is FLOAT:
-        return lambda memory: o_io.add_scaled(memory, product, _factor(memory, scale, k))
-    current = aligned_array(product.shape, F32)
-    total = aligned_array(product.shape, F32)
-
-    def run(memory: DeviceMemory) -> None:
-        o_io.read(memory, current)
-        np.multiply(product, _factor(memory, scale, k), out=total)
-        np.add(current, total, out=current)
-        o_io.write(memory, current)
-
-    return run
-
-
-# A weight-gradient accumulator (``MatMulReduceAcc``) is read, added to and written back on every
-# step of the loop that owns it: a scattered read-modify-write of the whole weight shape in tile
-# memory, per step.  When only Execute and Copy steps touch it besides, the kernel keeps its value
-# on the host instead — loaded when tile memory may have changed (:class:`Unchanged`), added to in
-# float32 — and writes it back before any other step touches its variables and when the program
-# ends.  Writing back while the variable is dead can only land on bytes no live variable holds:
-# the planner never shares a live variable's bytes.
-#
-# Nothing reads a kept accumulator between write-backs, so its products need not be taken one step
-# at a time either.  A weight gradient's product is a thin one — the batch (32, 64) is its k — on
-# which BLAS runs at half its rate.  The operands are gathered at their step (the values the
-# definition multiplies) and stacked; the products of up to :data:`DEFERRED_DEPTH` k-elements
-# worth of steps are then taken as one product over the joined k, before a write-back or when the
-# stack is full: the same sum of products in another order, at full BLAS speed.
-DEFERRED_DEPTH = 1024
-"""The k extent (steps x the product's k) at which stacked products are multiplied out."""
-DEFERRED_BYTES = 64 << 20
-"""At most this many bytes of stacked operands per kept accumulator."""
-
-
-def _transposed_reader(operand: Operand, G: int, M: int, K: int
-                       ) -> Callable[[DeviceMemory, np.ndarray], None]:
-    """Reads a ``[G, M, K]`` operand into a host ``[G, K, M]`` array (its blocks transposed).
-
-    A weight gradient's ``a`` is the transpose of a step's activations, so in tile memory it runs
-    along ``M``: read straight into the transposed layout, its runs stay runs.  An operand laid
-    out the other way is read in its own order and transposed on the host."""
-    transposed = np.arange(G * K * M, dtype=np.int64).reshape(G, K, M).transpose(0, 2, 1)
-    across = Transfer(operand, transposed.reshape(-1), host_order=True)
-    along = Transfer(operand)
-    if len(across.lengths) <= len(along.lengths):
-        return across.read
-    scratch = aligned_array((G, M, K), F32)
-
-    def read(memory: DeviceMemory, into: np.ndarray) -> None:
-        along.read(memory, scratch)
-        np.copyto(into, scratch.transpose(0, 2, 1))
-
-    return read
-
-
-class _DeferredProducts:
-    """The ``a`` and ``b`` of partials vertices of one shape over successive steps, multiplied out
-    together.  ``a`` is stacked transposed (``[steps, G, K, M]``) like ``b`` (``[steps, G, K,
-    N]``): the steps then join along k with no copy, and BLAS takes the joined ``a`` transposed."""
-
-    def __init__(self, shape: tuple[int, int, int, int]) -> None:
-        G, M, K, N = self.shape = shape
-        step_bytes = G * (M * K + K * N) * F32().itemsize
-        depth = max(1, min(-(-DEFERRED_DEPTH // K), DEFERRED_BYTES // step_bytes))
-        self.a, self.b = aligned_array((depth, G, K, M), F32), aligned_array((depth, G, K, N), F32)
-        self.joined_a = aligned_array((G, depth, K, M), F32) if G > 1 else None
-        self.joined_b = aligned_array((G, depth, K, N), F32) if G > 1 else None
-        self.product = aligned_array((G, M, N), F32)
-        self.count = 0
-        self.library = library_name()
-
-    def readers(self, producer: LoweredVertex, copies: HostCopies) -> dict[str, Callable]:
-        """The ``gather`` keywords reading a partials vertex's operands into the stacks (a slot
-        of a stack is overwritten later: it is not offered to other readers)."""
-        G, M, K, _ = self.shape
-        return {"a_in": _transposed_reader(producer.fields["a"], G, M, K),
-                "b_in": SharedRead(producer.fields["b"], copies, offer=False)}
-
-    def gather(self, memory: DeviceMemory, a_in: Callable, b_in: Callable) -> None:
-        """A partials step: its operands, as they are now."""
-        a_in(memory, self.a[self.count])
-        b_in(memory, self.b[self.count])
-
-    def commit(self, factor: np.float32) -> bool:
-        """The reduction step: this step's product counts ``factor`` times; True when full."""
-        if factor != 1:
-            np.multiply(self.b[self.count], factor, out=self.b[self.count])
-        self.count += 1
-        return self.count == len(self.a)
-
-    def _joined(self, stack: np.ndarray, joined: np.ndarray | None) -> np.ndarray:
-        """The first ``count`` steps of a stack as ``[G, count * K, columns]``."""
-        n, (_, G, K, _) = self.count, stack.shape
-        if joined is None:  # one group: the steps are already consecutive
-            return stack[:n].reshape(1, n * K, -1)
-        joined[:, :n] = stack[:n].transpose(1, 0, 2, 3)
-        return joined.reshape(G, -1, joined.shape[-1])[:, :n * K]
-
-    def add_to(self, kept: np.ndarray) -> None:
-        """``kept`` += every stacked product; the stack is emptied."""
-        if self.count == 0:
-            return
-        a = self._joined(self.a, self.joined_a).transpose(0, 2, 1)
-        Product(a, self._joined(self.b, self.joined_b), self.product, self.library)()
-        np.add(kept, self.product, out=kept)
-        self.count = 0
-
-
-_Pair = tuple[LoweredVertex, LoweredVertex, int]
-"""A fused (partials, accumulating reduction) pair and the reduction's step."""
-
-
-def _same_accumulator(pairs: list[_Pair]) -> list[list[_Pair]]:
-    """``pairs`` grouped by the bytes they accumulate into and their product's shape.
-
-    One weight gradient is accumulated by as many loops as the time sequence has shards; they
-    share one host copy and one stack, so the products are joined in the same groups, and the
-    result has the same bits, however the sequence is split."""
-    groups: list[list[_Pair]] = []
-    for pair in pairs:
-        out, shape = _reduce_parts(pair[1])[0], blocking_of(pair[0].vertex).shape
-        for group in groups:
-            first = _reduce_parts(group[0][1])[0]
-            if (blocking_of(group[0][0].vertex).shape == shape and first.shape == out.shape
-                    and np.array_equal(first.index, out.index)):
-                group.append(pair)
-                break
-        else:
-            groups.append([pair])
-    return groups
-
-
-def _kept_accumulation(members: list[_Pair], executable: Executable, hooks: RunHooks,
-                       copies: HostCopies) -> dict[int, Prepared]:
-    """The partials and reduction callables of the ``members`` (accumulating into the same
-    bytes), kept on the host between write-backs; empty if they cannot be kept."""
-    out = _reduce_parts(members[0][1])[0]
-    if out.dtype is not FLOAT:
-        return {}
-    variables = frozenset(v.index for v in out.tensor.variables())
-    steps = frozenset(step for _, _, step in members)
-    touching = [s for s, (read, written) in enumerate(zip(executable.step_reads,
-                                                          executable.step_writes))
-                if s not in steps and (read | written) & variables]
-    if any(not isinstance(executable.leaves[s], (ExecuteStep, CopyStep)) for s in touching):
-        return {}
-    o_io = Transfer(out)
-    unchanged = Unchanged(out, executable, hooks.step_counts, members[0][2], kept_by=steps)
-    deferred = _DeferredProducts(blocking_of(members[0][0].vertex).shape)
-    kept = np.empty_like(deferred.product)
-    dirty = [False]
-
-    def write_back(memory: DeviceMemory) -> None:
-        if dirty[0]:
-            deferred.add_to(kept)
-            o_io.write(memory, kept)
-            dirty[0] = False
-
-    def reduction(consumer: LoweredVertex) -> Prepared:
-        _, _, scale, k = _reduce_parts(consumer)
-
-        def run(memory: DeviceMemory) -> None:
-            if not unchanged(memory):  # nothing is stacked: a write-back preceded the change
-                o_io.read(memory, kept)
-            if deferred.commit(_factor(memory, scale, k)):
-                deferred.add_to(kept)
-            dirty[0] = True
-        return run
-
-    for other in touching:
-        hooks.before_step.setdefault(other, []).append(write_back)
-    hooks.after_run.append(write_back)
-    prepared: dict[int, Prepared] = {}
-    for producer, consumer, _ in members:
-        prepared[id(producer)] = partial(deferred.gather, **deferred.readers(producer, copies))
-        prepared[id(consumer)] = reduction(consumer)
-    return prepared
-
-
-@numba_executable_hook
-def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prepared]:
-    """Every partials vertex, fused with its reduction where :func:`_fusible_pairs` allows."""
-    pairs = _fusible_pairs(executable)
-    fused = {id(producer): consumer for producer, consumer in pairs}
-    steps = {id(v): leaf.step for leaf in executable.leaves if isinstance(leaf, ExecuteStep)
-             for v in leaf.vertices}
-    accumulating = [(producer, consumer, steps[id(consumer)]) for producer, consumer in pairs
-                    if consumer.kind == "MatMulReduceAcc"]
-    prepared: dict[int, Prepared] = {}
-    copies = HostCopies(executable, hooks.step_counts)
-    for members in _same_accumulator(accumulating):
-        prepared.update(_kept_accumulation(members, executable, hooks, copies))
-    for leaf in executable.leaves:
-        if not isinstance(leaf, ExecuteStep):
-            continue
-        for vertex in leaf.vertices:
-            if vertex.kind != "MatMulPartials" or id(vertex) in prepared:
-                continue
-            consumer = fused.get(id(vertex))
-            operands = _Operands(vertex, leaf.step, executable, hooks.step_counts, copies)
-            if consumer is None:
-                prepared[id(vertex)] = _partials(vertex, operands)
-                continue
-            G, M, _, N = blocking_of(vertex.vertex).shape
-            product = aligned_array((G, M, N), F32)
-            prepared[id(vertex)] = _fused_product(operands, product)
-            prepared[id(consumer)] = _fused_reduce(consumer, product)
-    return prepared
 
 
 # ---- cycles and exchange ----------------------------------------------------------------------
