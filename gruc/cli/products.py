@@ -13,6 +13,7 @@ from gruc.cli.gru import _bool
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan.static import plan_program
+from gruc.runtime.engine import Engine
 from gruc.runtime.report import Report
 from gruc.runtime.viz import StatusLine
 from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
@@ -121,7 +122,7 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
     print(f"build             {built:.3f} s"
           + ("" if result is None else f"; run {result.run_seconds:.3f} s"))
     if args.profile:
-        _write_profile(args.profile, report, title)
+        _write_profile(args.profile, report, title, None if result is None else result.engine)
     if result is None or not result.checked:
         if result is not None:
             print("check             none: nothing written or read back (--ignore-data)")
@@ -134,10 +135,15 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
     return 0 if result.passed else 1
 
 
-def _write_profile(directory: str, report: Report, title: str) -> None:
-    """``report.json`` and the report page; a plan-only report's page has no program tree and
-    no trace (nothing was lowered or run)."""
+def _write_profile(directory: str, report: Report, title: str, engine: Engine | None = None
+                   ) -> None:
+    """``report.json``, the report page and, after a run, the Chrome trace of its supersteps (as
+    ``gruc gru --profile``); a plan-only report's page has no program tree and no trace
+    (nothing was lowered or run)."""
     os.makedirs(directory, exist_ok=True)
     report.to_json(os.path.join(directory, "report.json"))
     report.to_html(os.path.join(directory, "report.html"), title)
-    print(f"profile           {directory}/report.json, report.html")
+    if engine is not None:
+        engine.write_trace(os.path.join(directory, "trace.json"))
+    print(f"profile           {directory}/report.json, report.html"
+          + ("" if engine is None else ", trace.json"))

@@ -3,6 +3,8 @@ the joint planning of a training layer's three products, and their command lines
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,18 @@ def test_gemm_runs_and_checks(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "plan gemm" in out and "PASSED" in out
+
+
+def test_gemm_profile_writes_the_report_page_and_the_trace(tmp_path, capsys):
+    """``--profile``: what ``gruc viz`` and ``gruc trace`` give a GRU layer, for a product."""
+    argv = ["gemm", "--m", "4", "--k", "20", "--n", "6", "--data-type", "float",
+            "--tiles-per-ipu", "4", "--backend", "numpy", "--profile", str(tmp_path)]
+    assert main(argv) == 0
+    assert "report.json, report.html, trace.json" in capsys.readouterr().out
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["traceEvents"] and trace["otherData"]["cycles"] > 0
+    assert json.loads((tmp_path / "report.json").read_text())["cycles"]["total"] > 0
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 @pytest.mark.parametrize("argv, words", [
