@@ -9,11 +9,11 @@ import os
 import time
 from typing import Any, Callable
 
-from gruc.cli.gru import _bool
+from gruc.cli.gru import _bool, add_strict_memory_flag
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan.static import plan_program
-from gruc.runtime.engine import Engine
+from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.report import Report
 from gruc.runtime.viz import StatusLine
 from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
@@ -74,6 +74,7 @@ def add_flags(parser: argparse.ArgumentParser, flags: list, required: tuple[str,
                         help="poplin matmul options as JSON: availableMemoryProportion (default "
                              "0.6), partialsType (half | float, default float)")
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
+    add_strict_memory_flag(parser)
     parser.add_argument("--profile", metavar="DIR", type=output_directory,
                         help="write report.json and report.html here")
 
@@ -108,12 +109,15 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
         built = time.perf_counter() - start
         if args.compile_only:
             status.show("compiling ...")
+            if args.strict_memory:  # a layer that does not fit: its report, then exit 3
+                compile_program(layer.graph, layer.programs, costs=False, strict_memory=True,
+                                memory_model=config.memory_model)
             report = plan_program(layer.graph, layer.programs, runs=layer.runs,
                                   memory_model=config.memory_model)
             result = None
         else:
             status.show("compiling and running on the simulated IPU ...")
-            result = run_product_layer(layer)
+            result = run_product_layer(layer, strict_memory=args.strict_memory)
             report = result.engine.report
     for name, plan in layer.plans.items():
         print(f"plan {name:<12} {plan.describe()}")

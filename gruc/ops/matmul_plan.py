@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
@@ -376,19 +375,40 @@ def _transform_costs(problem: _Problem, method: ConvMethod, orientation: str,
 
 
 # ---- choosing ---------------------------------------------------------------------------------
-def _candidates(problem: _Problem) -> Iterator[tuple[str, ConvMethod, dict]]:
-    """Every (orientation, method) with its evaluated splits, in the order poplin tries them."""
-    for orientation in (FIELD_N, FIELD_M):
-        for method in conv_methods(problem.target, problem.in_type, problem.partials_type,
-                                   problem.inference, problem.shape[2]):
-            yield orientation, method, _evaluate(problem, method, orientation)
+MAC_MACS_PER_TILE_CYCLE = 2
+"""More multiply-accumulates a cycle than a tile's MAC vertex ever does: its inner loop takes
+``7 + size / 2`` cycles for ``size`` half input channels (``7 + size`` for float), and the six
+workers share the tile's issue slots (``conv_costs.mac_partials_cycles``).  So a product of
+``W`` multiply-accumulates takes a MAC plan at least ``W / (2 tiles)`` cycles: a bound that
+spares the planner evaluating MAC groupings that cannot beat the best plan found so far."""
+
+
+@functools.lru_cache(maxsize=32)
+def _candidates(problem: _Problem) -> tuple[tuple[str, ConvMethod], ...]:
+    """Every (orientation, method), in the order poplin tries them."""
+    return tuple((orientation, method) for orientation in (FIELD_N, FIELD_M)
+                 for method in conv_methods(problem.target, problem.in_type,
+                                            problem.partials_type, problem.inference,
+                                            problem.shape[2]))
+
+
+@functools.lru_cache(maxsize=128)
+def _table(problem: _Problem, method: ConvMethod, orientation: str) -> dict[str, np.ndarray]:
+    """:func:`_evaluate`, kept: the planner asks again under other bounds before it settles."""
+    return _evaluate(problem, method, orientation)
 
 
 def _best(problem: _Problem, bound: float | None):
     """The candidate with the fewest cycles (then temporary bytes, then poplin's order) whose
-    temporaries fit ``bound``; None if none does."""
+    temporaries fit ``bound``; None if none does.  MAC groupings whose least possible cycles
+    (:data:`MAC_MACS_PER_TILE_CYCLE`) exceed the best found are not evaluated."""
+    G, M, K, N = problem.shape
+    mac_floor = G * M * K * N / (MAC_MACS_PER_TILE_CYCLE * problem.target.num_tiles)
     best = None
-    for order, (orientation, method, table) in enumerate(_candidates(problem)):
+    for order, (orientation, method) in enumerate(_candidates(problem)):
+        if method.kind == "MAC" and best is not None and mac_floor > best[0][0]:
+            continue
+        table = _table(problem, method, orientation)
         ok = np.ones(len(table["cycles"]), dtype=bool) if bound is None else \
             table["temporary"] <= bound
         if not ok.any():
@@ -493,7 +513,7 @@ def _joint(problem: _Problem, bound: float) -> MatMulPlan | None:
         table = _evaluate(problem, method, FIELD_N, field_grain=in_pg)
         gb, mb, kb, fb = (table["block"][:, k] for k in range(4))
         full_m = mb >= M  # the batch is not split
-        pg, pk, pf = -(-G // gb), -(-K // kb), -(-N // fb)
+        pk, pf = -(-K // kb), -(-N // fb)
         kg, og, fg = -(-kb // in_pg), -(-mb // out_pg), -(-fb // in_pg)
         wu = _wu_method(method)
         ones = np.ones_like(gb)
@@ -581,7 +601,8 @@ def _serial_counts(size: int) -> list[int]:
 def _least_temporary(problem: _Problem):
     """``availableMemoryProportion`` 0: the least temporary memory, then the fewest cycles."""
     best = None
-    for order, (orientation, method, table) in enumerate(_candidates(problem)):
+    for order, (orientation, method) in enumerate(_candidates(problem)):
+        table = _table(problem, method, orientation)
         pick = int(np.lexsort((table["cycles"], table["temporary"]))[0])
         key = (int(table["temporary"][pick]), int(table["cycles"][pick]), order)
         if best is None or key < best[0]:

@@ -333,14 +333,15 @@ class ProductRun:
         return not any(self.mismatches.values())
 
 
-def run_product_layer(layer: ProductLayer) -> ProductRun:
+def run_product_layer(layer: ProductLayer, strict_memory: bool = False) -> ProductRun:
     """Compile and run every program of the tool once, in order, and check every result against
     the float64 reference (nothing is written or checked with ``ignore_data``: the programs run
-    on the zeros device memory starts with)."""
+    on the zeros device memory starts with).  ``strict_memory``: a layer that does not fit raises
+    :class:`~gruc.errors.GrucOutOfMemory` before running."""
     config = layer.config
     start = time.perf_counter()
     engine = Engine(layer.graph, layer.programs, backend=config.backend,
-                    memory_model=config.memory_model)
+                    memory_model=config.memory_model, strict_memory=strict_memory)
     compiled = time.perf_counter()
     values = {} if config.ignore_data else host_inputs(layer)
     for name, value in values.items():

@@ -124,6 +124,16 @@ def test_gemm_profile_writes_the_report_page_and_the_trace(tmp_path, capsys):
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.parametrize("compile_only", [True, False])
+def test_strict_memory_refuses_a_product_that_does_not_fit(compile_only, capsys):
+    argv = ["fc", "--input-size", "512", "--output-size", "512", "--batch-size", "64",
+            "--tiles-per-ipu", "1", "--backend", "numpy", "--strict-memory"]
+    assert main(argv + ["--compile-only"] * compile_only) == 3
+    out, err = capsys.readouterr()
+    assert "over capacity: tile 0 needs" in out and "PASSED" not in out
+    assert err.count("\n") == 1 and err.startswith("gruc fc: error: out of memory: tile 0 needs")
+
+
 @pytest.mark.parametrize("argv, words", [
     (["fc", "--input-size", "4"], ["--output-size"]),
     (["fc", "--input-size", "4", "--output-size", "4", "--device-type", "ipu3"],
