@@ -72,6 +72,11 @@ DENSE_PAIR_TILES = 2048
 rest of a product's exchange estimate."""
 
 
+DENSE_PAIR_BATCH = 4096
+"""Fewer messages than this at once are listed, and summed when the step's are all known: a
+step of thousands of small reads would otherwise touch the dense table thousands of times."""
+
+
 class Traffic:
     """What one step's exchange moves: bytes each tile receives and sends, the (receiver, sender)
     pairs that exchange (each a message: its code is instructions on both tiles), and whether any
@@ -145,11 +150,12 @@ class Traffic:
                          1 if nbytes is None else np.asarray(nbytes, dtype=np.int64))
 
     def _note_pairs(self, keys: np.ndarray, nbytes: int | np.ndarray) -> None:
-        """Add ``nbytes`` (one figure or one per key) to each message ``keys`` names."""
+        """Add ``nbytes`` (one figure or one per key) to each message ``keys`` names: listed,
+        or, for many at once on a target small enough, added to the dense table."""
         per_ipu, tiles = self.tiles_per_ipu, self.num_tiles
-        self.crossing = self.crossing or bool(np.any(keys // tiles // per_ipu
-                                                     != keys % tiles // per_ipu))
-        if not self._dense:
+        if per_ipu < tiles and not self.crossing:
+            self.crossing = bool(np.any(keys // tiles // per_ipu != keys % tiles // per_ipu))
+        if not self._dense or len(keys) < DENSE_PAIR_BATCH:
             self._pairs.append(keys)
             self._pair_bytes.append(np.broadcast_to(nbytes, keys.shape))
             return
@@ -162,9 +168,11 @@ class Traffic:
 
     def _messages(self) -> tuple[np.ndarray, np.ndarray]:
         """Every distinct message (``receiver * num_tiles + sender``) and its bytes."""
-        if self._dense:
-            if self._pair_table is None:
-                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if self._dense and self._pair_table is not None:
+            if self._pairs:
+                np.add.at(self._pair_table, np.concatenate(self._pairs),
+                          np.concatenate(self._pair_bytes))
+                self._pairs, self._pair_bytes = [], []
             keys = np.flatnonzero(self._pair_table)
             return keys, self._pair_table[keys]
         if not self._pairs:
