@@ -94,7 +94,9 @@ def test_a_click_on_the_busiest_tile_opens_its_page_with_its_largest_variable(br
     engine = run_layer(IPU2).engine
     total = engine.footprint.total_including_gaps
     tile = int(np.argmax(total))
-    name, _, nbytes, _ = sorted(engine.plan.tile_blocks(tile), key=lambda b: (-b[2], b[0]))[0]
+    blocks = engine.plan.tile_blocks(tile)
+    nbytes = max(b[2] for b in blocks)
+    largest = {b[0] for b in blocks if b[2] == nbytes}  # a tie may list either first
     open_page(browser, pages["ipu2"])
     row, column = divmod(tile, 46)  # an ipu2's 1,472 tiles: 32 rows of 46
     _point(browser, "tile-heatmap", column, row)
@@ -105,7 +107,7 @@ def test_a_click_on_the_busiest_tile_opens_its_page_with_its_largest_variable(br
     assert title == f"Tile {tile}"
     first = browser.find_element("css selector", "#tile-variable-table tbody tr")
     cells = [cell.text for cell in first.find_elements("tag name", "td")]
-    assert cells[0] == name and cells[2] == f"{nbytes:,}"
+    assert cells[0] in largest and cells[2] == f"{nbytes:,}"
     assert browser.execute_script("return location.hash") == f"#tile={tile}"
     assert browser.find_element("css selector", "#tile-memory-map .main-svg")
     assert console_errors(browser) == []
