@@ -9,12 +9,14 @@ the mean absolute percentage error, the worst row and how many rows are within 1
 summary in the README.
 
 ``--only TEXT`` measures the rows whose name contains TEXT (the JSON and the doc are then not
-written unless ``--write`` is given).
+written unless ``--write`` is given); ``--docs-only`` measures nothing and writes the docs again
+from the stored JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from pathlib import Path
@@ -122,7 +124,8 @@ def write_docs(results: list[dict], summary: dict, run: dict) -> None:
         write_text_atomically(DOC, "# Fidelity\n")
     replace_block(DOC, BEGIN, END, generated(results, summary, run))
     replace_block(README, README_BEGIN, README_END,
-                  "\n".join(summary_table(summary)) + f"\n\n{provenance(run)}")
+                  "\n".join(summary_table(summary)) + "\n\nBy kind of layer:\n\n"
+                  + "\n".join(family_table(results)) + f"\n\n{provenance(run)}")
 
 
 def revision() -> str:
@@ -140,7 +143,15 @@ def main() -> None:
     parser.add_argument("--only", metavar="TEXT", help="rows whose name contains TEXT")
     parser.add_argument("--write", action="store_true",
                         help="write the JSON and the doc even with --only")
+    parser.add_argument("--docs-only", action="store_true",
+                        help="measure nothing: write the docs again from the stored JSON")
     args = parser.parse_args()
+    if args.docs_only:
+        stored = json.loads((Path(__file__).resolve().parent / "results"
+                             / "poplar_figures.json").read_text(encoding="utf-8"))
+        run = {**stored["machine"], "seconds": stored["seconds"], "revision": stored["revision"]}
+        write_docs(stored["rows"], summarise(stored["rows"]), run)
+        return
     rows = [row for row in load_rows() if args.only is None or args.only in row.name]
     start = time.perf_counter()
     results = []
@@ -156,7 +167,7 @@ def main() -> None:
     if args.only is None or args.write:
         run = {**machine(), "seconds": time.perf_counter() - start, "revision": revision()}
         write_result("poplar_figures", {"rows": results, "summary": summary,
-                                        "revision": run["revision"]})
+                                        "revision": run["revision"], "seconds": run["seconds"]})
         write_docs(results, summary, run)
 
 
