@@ -47,7 +47,6 @@ from gruc.passes.memory_plan import MemoryPlan, TileOverflow
 from gruc.passes.plan_memory import LARGEST_SHOWN, tile_total
 from gruc.runtime.cost import StepCost
 from gruc.target import Target
-from gruc.types import FLOAT
 
 MEMORY_MODELS = ("poplar", "tensors")
 
