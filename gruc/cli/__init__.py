@@ -52,8 +52,8 @@ COMMANDS = {
     "passes": "list passes and their options",
     "dump": "print the GRU layer's IR (text, json, dot)",
     "opt": "run a pass pipeline on a saved module",
-    "viz": "HTML report (memory, liveness, program, cycles)",
-    "trace": "run the GRU layer, write a Chrome trace",
+    "viz": "HTML report of a GRU, fc or gemm layer or a module",
+    "trace": "run a GRU, fc or gemm layer, write a Chrome trace",
     "plan": "plan-only sweeps of GRU, fc or gemm layer flags",
 }
 """Each subcommand (the module ``gruc.cli.<name>``) and its line in ``gruc --help``, in that

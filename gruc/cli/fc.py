@@ -19,6 +19,16 @@ FLAGS = [
 ]
 
 
+TITLE = "fully connected layer"
+
+
+def title(config: FcConfig) -> str:
+    """The layer in one line: its sizes, type and pass (a run's first line, a report's title)."""
+    return (f"{TITLE}: B={config.batch_size} I={config.input_size} O={config.output_size} "
+            f"G={config.num_groups} {config.data_type} pass={config.pass_}"
+            + (" bias" if config.bias else ""))
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc fc``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
     parser.description = __doc__.splitlines()[0]
@@ -28,7 +38,4 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args, FLAGS, FcConfig)
-    title = (f"fully connected layer: B={config.batch_size} I={config.input_size} "
-             f"O={config.output_size} G={config.num_groups} {config.data_type} "
-             f"pass={config.pass_}" + (" bias" if config.bias else ""))
-    return run_tool(args, title, config, build_fc)
+    return run_tool(args, title(config), config, build_fc)

@@ -21,6 +21,16 @@ FLAGS = [
 ]
 
 
+TITLE = "general matrix multiply"
+
+
+def title(config: GemmConfig) -> str:
+    """The product in one line: its sizes, type, scales and transposes."""
+    return (f"{TITLE}: G={config.g} M={config.m} K={config.k} N={config.n} "
+            f"{config.data_type} alpha={config.alpha:g} beta={config.beta:g}"
+            + (" A^T" if config.transpose_a else "") + (" B^T" if config.transpose_b else ""))
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     """``gruc gemm``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
     parser.description = __doc__.splitlines()[0]
@@ -30,7 +40,4 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args, FLAGS, GemmConfig)
-    title = (f"general matrix multiply: G={config.g} M={config.m} K={config.k} N={config.n} "
-             f"{config.data_type} alpha={config.alpha:g} beta={config.beta:g}"
-             + (" A^T" if config.transpose_a else "") + (" B^T" if config.transpose_b else ""))
-    return run_tool(args, title, config, build_gemm)
+    return run_tool(args, title(config), config, build_gemm)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from gruc.cli.gru import _bool, add_strict_memory_flag
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
-from gruc.plan.static import plan_program
+from gruc.plan.static import StaticProgram, plan_program
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.report import Report
 from gruc.runtime.viz import StatusLine
@@ -64,15 +64,21 @@ def parse_matmul_options(text: str) -> dict[str, Any]:
     return options
 
 
-def add_flags(parser: argparse.ArgumentParser, flags: list, required: tuple[str, ...] = ()) -> None:
-    """The tool's own flags (``required`` ones must be given), then the common ones,
-    ``--matmul-options``, and how to run."""
+def add_layer_flags(parser: argparse.ArgumentParser, flags: list,
+                    required: tuple[str, ...] = ()) -> None:
+    """What describes the tool's layer: its own flags (``required`` ones must be given), then the
+    common ones and ``--matmul-options`` (every command that builds the layer takes these)."""
     for flag, field, kind, text in flags + COMMON_FLAGS:
         parser.add_argument(flag, dest=field, type=kind, default=None, help=text,
                             required=flag in required)
     parser.add_argument("--matmul-options", type=parse_matmul_options, default=None,
                         help="poplin matmul options as JSON: availableMemoryProportion (default "
                              "0.6), partialsType (half | float, default float)")
+
+
+def add_flags(parser: argparse.ArgumentParser, flags: list, required: tuple[str, ...] = ()) -> None:
+    """The tool command's flags: the layer's, then how to run it."""
+    add_layer_flags(parser, flags, required)
     parser.add_argument("--compile-only", action="store_true", help="plan and report; do not run")
     add_strict_memory_flag(parser)
     parser.add_argument("--profile", metavar="DIR", type=output_directory,
@@ -95,6 +101,18 @@ def config_from(args: argparse.Namespace, flags: list, model: type) -> ProductTo
             message = message.replace(f"{model.__name__}.{field} = ",
                                       f"--matmul-options {name} = ")
         raise type(error)(message) from None
+
+
+def compiled_only(config: ProductToolConfig, layer: ProductLayer, pipeline: str | None = None,
+                  strict_memory: bool = False) -> Engine:
+    """The layer compiled but not run, its report counting the tool's runs (each of its
+    programs once, in order: the same cycles and exchange as ``gruc plan``), for a
+    ``--compile-only`` report page."""
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
+                    memory_model=config.memory_model, strict_memory=strict_memory)
+    static = StaticProgram(engine.module, engine.plan.liveness.steps)
+    engine.count_run(static.step_counts(layer.runs))
+    return engine
 
 
 def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,

@@ -1,8 +1,12 @@
-"""``gruc trace``: run the GRU layer and write the Chrome trace of its BSP execution.
+"""``gruc trace [LAYER]``: run a layer and write the Chrome trace of its BSP execution.
+
+The layer is the GRU layer of ``gruc gru``'s flags (the default), ``fc`` the fully connected
+layer of ``gruc fc``'s or ``gemm`` the product of ``gruc gemm``'s (``gruc trace fc --input-size
+64 --output-size 32``).
 
 The trace (``chrome://tracing`` or ui.perfetto.dev) has one process per IPU, a control track and
 at most 64 tile-group tracks per IPU, so a 1,472-tile run stays small enough to load.  The layer is
-checked against the float64 reference as by ``gruc gru``: the exit code is 1 if the check fails.
+checked against the float64 reference as by its own command: the exit code is 1 if the check fails.
 """
 
 from __future__ import annotations
@@ -11,18 +15,22 @@ import argparse
 import json
 import sys
 
-from gruc.cli.gru import add_layer_flags, add_strict_memory_flag, config_from
+from gruc.cli.gru import add_strict_memory_flag
+from gruc.cli.layers import ShownLayer, add_layer_commands
 from gruc.cli.opt import STDIO, output_file, write_output
-from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.viz import StatusLine
 from gruc.text import plural
 from gruc.text import first_paragraph
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """``gruc trace``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = first_paragraph(__doc__)
-    add_layer_flags(parser)
+    """``gruc trace [LAYER]``'s layers and flags, on the parser :func:`gruc.cli.build_parser`
+    made for it."""
+    add_layer_commands(parser, first_paragraph(__doc__), _add_trace_flags)
+
+
+def _add_trace_flags(parser: argparse.ArgumentParser, shown: ShownLayer) -> None:
+    """What ``gruc trace`` takes besides the layer's flags."""
     parser.add_argument("-o", "--output", metavar="OUT", default="trace.json", type=output_file,
                         help="trace file, - for stdout (default: trace.json)")
     add_strict_memory_flag(parser)
@@ -32,12 +40,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the layer and write its Chrome trace (even when the layer fails its check); exit code 1
     if it fails the check against the float64 reference."""
-    config = config_from(args)
+    shown: ShownLayer = args.shown
+    config = shown.config_from(args)
     with StatusLine() as status:
         status.show("building the layer ...")
-        layer = build_layer(config)
+        layer = shown.build(config)
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer, strict_memory=args.strict_memory)
+        result = shown.run(config, layer, None, args.strict_memory)
     trace = result.engine.chrome_trace()
     text = json.dumps(trace)
     write_output(text, args.output)

@@ -1,8 +1,10 @@
 """``gruc viz``: one self-contained, interactive HTML report of a program, its dataflow graph as
 DOT, or a comparison of two saved reports.
 
-The program is the GRU layer of ``gruc gru``'s flags (built, compiled, run and checked: the exit
-code is 1 if the check fails), or a saved module given with ``--input`` (text IR or JSON), which is
+The program is a layer — the GRU layer of ``gruc gru``'s flags (the default), ``fc`` the fully
+connected layer of ``gruc fc``'s, ``gemm`` the product of ``gruc gemm``'s (``gruc viz fc
+--input-size 64 --output-size 32``) — built, compiled, run and checked as its command does (the
+exit code is 1 if the check fails), or a saved module given with ``--input`` (text IR or JSON), which is
 compiled and run once on zeroed tensors so the report has each step's executions (a program
 whose loops depend on its data is better shown with ``--compile-only``).  Both formats show the
 program as compiled — by the engine's default pipeline, or by ``--pipeline`` ('' for the program
@@ -19,13 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gruc.cli.gru import (FLAGS, add_layer_flags, add_strict_memory_flag, compiled_only,
-                          config_from, layer_title)
+from gruc.cli.gru import add_strict_memory_flag
+from gruc.cli.layers import DEFAULT_LAYER, ShownLayer, add_layer_commands
 from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.program import fewest_executions
-from gruc.popnn.gru_layer import build_layer, run_layer
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.compare import compare_html, load_report
 from gruc.runtime.page import require_plotly
@@ -41,16 +42,23 @@ refused before it starts."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """``gruc viz``'s flags, on the parser :func:`gruc.cli.build_parser` made for it."""
-    parser.description = first_paragraph(__doc__)
-    add_layer_flags(parser)
-    parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - for "
-                        "stdin) instead of the GRU layer; of the layer flags only --backend may "
-                        "go with it (as may --format, --pipeline, --compile-only, "
-                        "--strict-memory and -o)")
-    parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
-                        help="compare two saved reports (report.json of gruc gru --profile) "
-                             "instead of reporting on a program; only -o goes with it")
+    """``gruc viz [LAYER]``'s layers and flags, on the parser :func:`gruc.cli.build_parser` made
+    for it."""
+    add_layer_commands(parser, first_paragraph(__doc__), _add_viz_flags)
+
+
+def _add_viz_flags(parser: argparse.ArgumentParser, shown: ShownLayer) -> None:
+    """What ``gruc viz`` takes besides the layer's flags (a saved module or two saved reports
+    only in place of the default layer: ``gruc viz --input m.gruc``)."""
+    if shown.name == DEFAULT_LAYER:
+        parser.add_argument("--input", metavar="IR", help="a saved module (text IR or JSON; - "
+                            "for stdin) instead of the GRU layer; of the layer flags only "
+                            "--backend may go with it (as may --format, --pipeline, "
+                            "--compile-only, --strict-memory and -o)")
+        parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                            help="compare two saved reports (report.json of gruc gru --profile) "
+                                 "instead of reporting on a program; only -o goes with it")
+    parser.set_defaults(input=None, compare=None)
     parser.add_argument("--format", choices=("html", "dot"), default="html",
                         help="html report or DOT dataflow graph (default: html)")
     parser.add_argument("--pipeline", metavar="PIPELINE",
@@ -69,16 +77,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, bool]:
     """The report's title, the compiled (and unless ``--compile-only``, run) engine, and whether
     the layer's check passed (True when nothing was checked)."""
-    config = config_from(args)
+    shown: ShownLayer = args.shown
+    config = shown.config_from(args)
     if args.input is None:
         status.show("building the layer ...")
-        layer = build_layer(config)
-        title = layer_title(config)
+        layer = shown.build(config)
+        title = shown.title(config)
         if args.compile_only:
             status.show("compiling ...")
-            return title, compiled_only(config, layer, args.pipeline, args.strict_memory), True
+            return title, shown.compiled(config, layer, args.pipeline, args.strict_memory), True
         status.show("compiling and running on the simulated IPU ...")
-        result = run_layer(config, layer, args.pipeline, args.strict_memory)
+        result = shown.run(config, layer, args.pipeline, args.strict_memory)
         return title, result.engine, result.passed
     status.show(f"reading {args.input} ...")
     module = read_module(args.input)
@@ -106,7 +115,7 @@ def module_title(path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """The HTML report, or the DOT dataflow graph (compiled without costs, never run).  Layer flags
     beside ``--input`` are refused rather than ignored; exit code 1 if the layer fails its check."""
-    given = [flag for flag, field, _, _ in FLAGS if field != "backend"
+    given = [flag for flag, field, _, _ in args.shown.flags if field != "backend"
              and getattr(args, field) is not None]
     if args.input is not None and given:
         raise GrucValueError(f"--input takes the program from a file; drop {', '.join(given)}")
@@ -119,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         if args.input is not None:
             module = read_module(args.input)
         else:
-            layer = build_layer(config_from(args))
+            layer = args.shown.build(args.shown.config_from(args))
             module = Module(layer.graph, layer.programs)
         compiled = compile_program(module.graph, module.programs, pipeline=args.pipeline,
                                    strict_memory=args.strict_memory, costs=False)
@@ -141,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace, output: str) -> int:
     """The comparison page of two saved reports; every other flag is refused, since nothing is
     built or run."""
-    given = [flag for flag, field, _, _ in FLAGS if getattr(args, field) is not None]
+    given = [flag for flag, field, _, _ in args.shown.flags if getattr(args, field) is not None]
     given += [flag for flag, value in (("--input", args.input), ("--pipeline", args.pipeline))
               if value is not None]
     given += [flag for flag, value in (("--compile-only", args.compile_only),

@@ -168,7 +168,8 @@ class Engine:
             self.interpreter = interpreter(self.executable, self.memory)
         self.backend = backend
         self.checked = bool(checked)
-        self._last_program: int | None = None
+        self._last_run: tuple[int, ...] | None = None
+        """The entry programs of the last invocation (:meth:`run`), in order."""
         self.compile_seconds = time.perf_counter() - start
 
     @property
@@ -201,27 +202,36 @@ class Engine:
 
     def _trace_if_run(self) -> dict | None:
         """The trace of the last run, None before any (the report page then says so)."""
-        return None if self._last_program is None else self.chrome_trace()
+        return None if self._last_run is None else self.chrome_trace()
 
     @property
     def printed(self) -> list[tuple[str, np.ndarray]]:
         """``(label, value)`` of every ``PrintTensor`` executed so far."""
         return self.interpreter.printed
 
-    def chrome_trace(self, program: int | None = None) -> dict:
-        """Chrome trace JSON (as a dict) of the last run (or of ``program`` as last run).
-        Before any run there is nothing to trace: its loops' trips and branches are unknown."""
-        if self._last_program is None:
+    def chrome_trace(self, program: int | Sequence[int] | None = None) -> dict:
+        """Chrome trace JSON (as a dict) of the last run (or of ``program``, or of several
+        programs end to end, with the last run's loop trips and branches).  Before any run there
+        is nothing to trace: its loops' trips and branches are unknown."""
+        if self._last_run is None:
             raise GrucProgramError("no run to trace: run the engine first (a compiled but unrun "
                                    "engine has a report of its memory, not a trace)")
-        program = self._last_program if program is None else self._program_number(program)
+        programs = self._last_run if program is None else self._program_numbers(program)
         names = [step.text for step in self.plan.liveness.steps]
-        return chrome_trace(self.executable, self.costs, self.module.graph.target, program,
+        return chrome_trace(self.executable, self.costs, self.module.graph.target, programs,
                             self.interpreter.loop_trips, self.interpreter.branches, names)
 
-    def write_trace(self, path, program: int | None = None) -> None:
+    def write_trace(self, path, program: int | Sequence[int] | None = None) -> None:
         """Write :meth:`chrome_trace` to ``path`` atomically."""
         write_chrome_trace(path, self.chrome_trace(program))
+
+    def _program_numbers(self, programs) -> tuple[int, ...]:
+        """One entry program number, or several in order (at least one)."""
+        if isinstance(programs, (list, tuple)):
+            if not programs:
+                raise GrucValueError("no program to run: give at least one program number")
+            return tuple(self._program_number(program) for program in programs)
+        return (self._program_number(programs),)
 
     def _program_number(self, program) -> int:
         count = len(self.executable.programs)
@@ -246,11 +256,14 @@ class Engine:
                                  f"{counts.dtype}")
         steps += counts
 
-    def run(self, program: int = 0) -> None:
-        """Run entry program ``program`` on the device state."""
-        program = self._program_number(program)
-        self.interpreter.run(program)
-        self._last_program = program
+    def run(self, program: int | Sequence[int] = 0) -> None:
+        """Run entry program ``program`` on the device state, or several in order as one
+        invocation: a tool that runs its forward and then its backward program (poplibs'
+        ``fully_connected_layer``) is one run, and its trace lays them end to end."""
+        programs = self._program_numbers(program)
+        for number in programs:
+            self.interpreter.run(number)
+        self._last_run = programs
 
     def _stream(self, table: dict[str, Operand], name: str, what: str) -> Operand:
         if name not in table:

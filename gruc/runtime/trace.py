@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -197,17 +197,21 @@ class _TraceBuilder:
 
 
 def chrome_trace(executable: Executable, costs: tuple[StepCost, ...], target: Target,
-                 program: int, loop_trips: dict[int, int], branches: dict[int, bool],
+                 programs: Sequence[int], loop_trips: dict[int, int], branches: dict[int, bool],
                  step_names: list[str]) -> dict[str, Any]:
-    """The trace of one execution of entry program ``program`` as a JSON-ready dict."""
+    """The trace of one execution of each entry program of ``programs``, in order and end to
+    end (one invocation of a tool), as a JSON-ready dict."""
     builder = _TraceBuilder(executable, costs, target, loop_trips, branches, step_names)
     builder.metadata()
-    end = builder.walk(executable.programs[program], 0)
-    builder.control(f"program {program}", 0, end, "program")
+    end = 0
+    for program in programs:
+        start, end = end, builder.walk(executable.programs[program], end)
+        builder.control(f"program {program}", start, end - start, "program")
     builder.events.sort(key=lambda e: (e.get("ts", -1), -e.get("dur", 0)))
     return {"traceEvents": builder.events, "displayTimeUnit": "ns",
-            "otherData": {"target": target.describe(), "program": program, "cycles": end,
-                          "tiles_per_track": builder.group_size}}
+            "otherData": {"target": target.describe(),
+                          "program": programs[0] if len(programs) == 1 else list(programs),
+                          "cycles": end, "tiles_per_track": builder.group_size}}
 
 
 def write_chrome_trace(path: str | os.PathLike, trace: dict[str, Any]) -> None:

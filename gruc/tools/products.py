@@ -333,21 +333,22 @@ class ProductRun:
         return not any(self.mismatches.values())
 
 
-def run_product_layer(layer: ProductLayer, strict_memory: bool = False) -> ProductRun:
+def run_product_layer(layer: ProductLayer, strict_memory: bool = False,
+                      pipeline: str | None = None) -> ProductRun:
     """Compile and run every program of the tool once, in order, and check every result against
     the float64 reference (nothing is written or checked with ``ignore_data``: the programs run
     on the zeros device memory starts with).  ``strict_memory``: a layer that does not fit raises
-    :class:`~gruc.errors.GrucOutOfMemory` before running."""
+    :class:`~gruc.errors.GrucOutOfMemory` before running; ``pipeline``: the passes to compile with,
+    as :class:`~gruc.runtime.engine.Engine`'s (default: the engine's)."""
     config = layer.config
     start = time.perf_counter()
-    engine = Engine(layer.graph, layer.programs, backend=config.backend,
+    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
                     memory_model=config.memory_model, strict_memory=strict_memory)
     compiled = time.perf_counter()
     values = {} if config.ignore_data else host_inputs(layer)
     for name, value in values.items():
         engine.write_tensor(name, value)
-    for program in layer.runs:
-        engine.run(program)
+    engine.run(layer.runs)  # one invocation of the tool: its programs in order
     ran = time.perf_counter()
     mismatches: dict[str, list[str]] = {}
     if not config.ignore_data:

@@ -34,6 +34,7 @@ def test_viz_help_names_every_flag_that_goes_with_input(tmp_path, capsys):
     """The help said only --backend may go with --input; --compile-only, --pipeline and the
     output flags do too, and only the layer flags but --backend are refused."""
     viz = build_parser(["viz"])._subparsers._group_actions[0].choices["viz"]
+    viz = viz._subparsers._group_actions[0].choices["gru"]  # --input replaces the GRU layer
     (described,) = [a.help for a in viz._actions if "--input" in a.option_strings]
     graph_module = tmp_path / "m.gruc"
     from gruc.popnn.gru_layer import GruLayerConfig, build_layer

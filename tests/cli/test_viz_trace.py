@@ -4,6 +4,7 @@ DOT output, the Chrome trace at ipu2 scale, the status line, and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from gruc.cli import main
+from gruc.cli.layers import SHOWN_LAYERS
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.printer import print_module
@@ -327,6 +329,67 @@ def test_trace_of_an_ipu2_stays_small(tmp_path, capsys):
     assert (tmp_path / "t.json").stat().st_size < 2_000_000
 
 
+# ---- reports and traces of the product tools' layers ------------------------------------------
+FC_SMALL = ["--batch-size", "4", "--input-size", "24", "--output-size", "16", "--data-type",
+            "float", "--tiles-per-ipu", "16", "--backend", "numpy"]
+GEMM_SMALL = ["--m", "8", "--k", "16", "--n", "24", "--tiles-per-ipu", "16", "--backend", "numpy"]
+
+
+def test_trace_of_a_fully_connected_layer_is_its_run(tmp_path, capsys):
+    """Issue 40 item 3: ``gruc trace fc`` runs the layer as ``gruc fc`` does (its three products,
+    checked) and the trace spans the run's cycles."""
+    from gruc.tools.products import FcConfig, build_fc, run_product_layer
+
+    code, out, _ = gruc(["trace", "fc", *FC_SMALL, "-o", str(tmp_path / "t.json")], capsys)
+    assert code == 0 and "PASSED" in out
+    trace = json.loads((tmp_path / "t.json").read_text())
+    _check_trace(trace)
+    config = FcConfig(batch_size=4, input_size=24, output_size=16, data_type="float",
+                      tiles_per_ipu=16, backend="numpy")
+    run = run_product_layer(build_fc(config))
+    assert trace["otherData"]["cycles"] == run.engine.report.cycles.total > 0
+
+
+def test_viz_of_a_product_plan_matches_gruc_plan(tmp_path, capsys):
+    """``gruc viz gemm --compile-only`` reports the product as ``gruc plan gemm`` plans it (the
+    same cycles per step and in all, the same memory), titled as ``gruc gemm`` prints it."""
+    from gruc.plan.static import plan_program
+    from gruc.tools.products import GemmConfig, build_gemm
+
+    code, out, _ = gruc(["viz", "gemm", *GEMM_SMALL, "--compile-only", "-o",
+                         str(tmp_path / "r.html")], capsys)
+    assert code == 0, out
+    data = page_data_of((tmp_path / "r.html").read_text())
+    assert data["title"] == ("gruc: general matrix multiply: G=1 M=8 K=16 N=24 half alpha=1 "
+                             "beta=1")
+    layer = build_gemm(GemmConfig(m=8, k=16, n=24, tiles_per_ipu=16, backend="numpy"))
+    report = plan_program(layer.graph, layer.programs, runs=layer.runs)
+    assert [s["executions"] for s in data["steps"]] == report.step_counts.tolist()
+    assert sum(s["executions"] * (s["compute"] + s["exchange"] + s["sync"])
+               for s in data["steps"]) == report.cycles.total > 0
+    assert data["total"] == report.total_bytes.tolist()
+    assert data["trace"] is None  # nothing ran
+
+
+def test_viz_of_a_fully_connected_layer_fails_with_its_check(capsys):
+    code, out, err = gruc(["viz", "fc", *FC_SMALL, "-o", "-", "--rel-tolerance", "0",
+                           "--abs-tolerance", "0"], capsys)
+    assert code == 1 and out.lstrip().lower().startswith("<!doctype html")
+    assert "check             FAILED" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["viz", "fc", "--output-size", "3"], "required: --input-size"),
+    (["trace", "gemm", "--m", "0", "--k", "2", "--n", "2"], "--m"),
+    (["viz", "fc", "--input-size", "2", "--output-size", "2", "--compare", "a.json", "b.json"],
+     "unrecognized arguments: --compare"),
+    (["viz", "gemm", "--m", "2", "--k", "2", "--n", "2", "--matmul-options", "{"], "not JSON"),
+])
+def test_bad_product_layer_flags_are_one_line(argv, words, capsys):
+    code, _, err = gruc(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
 # ---- status line and bad input -------------------------------------------------------------
 def test_status_line_draws_only_when_enabled():
     stream = io.StringIO()
@@ -420,8 +483,8 @@ def test_a_report_needing_plotly_is_refused_before_the_layer_is_built(argv, tmp_
         raise AssertionError("the layer was built before plotly was looked for")
 
     monkeypatch.setitem(__import__("sys").modules, "plotly", None)  # as if not installed
-    for module in ("gruc.cli.viz", "gruc.cli.gru"):
-        monkeypatch.setattr(module + ".build_layer", never)
+    monkeypatch.setitem(SHOWN_LAYERS, "gru", dataclasses.replace(SHOWN_LAYERS["gru"], build=never))
+    monkeypatch.setattr("gruc.cli.gru.build_layer", never)
     code, out, err = gruc([part.format(d=tmp_path) for part in argv], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "needs plotly, which is not installed: pip install plotly" in err
