@@ -564,11 +564,16 @@ def _clamp(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class OpDef:
     """What one op means: the operand types it accepts, its numpy definition (on arrays already in
-    the operands' compute dtype) and the equivalent scalar Python template (see SCALAR_SOURCE)."""
+    the operands' compute dtype), the equivalent scalar Python template (see SCALAR_SOURCE), and
+    whether it is ``costly``: many times an add for a host CPU (a transcendental, a division),
+    which the runtime weighs when it chooses how to evaluate a fused expression.  A field of the
+    op, not a list kept elsewhere, so a new op cannot leave it out.  (What an op costs on the
+    IPU is poplibs' per-codelet table, :mod:`gruc.runtime.codelets.poplibs_estimates`.)"""
 
     types: tuple[DType, ...]
     numpy: Callable[..., np.ndarray]
     source: str
+    costly: bool
 
 
 _FLOATS = (HALF, FLOAT)
@@ -581,49 +586,51 @@ _ROUND_SOURCE = ("(np.trunc({0}) + math.copysign(1.0, {0}) if abs({0} - np.trunc
 _CLAMP_SOURCE = "({2} if ({1} if {0} < {1} else {0}) > {2} else ({1} if {0} < {1} else {0}))"
 
 OPS: Mapping[Op, OpDef] = {
-    Unary.NEG: OpDef(_SIGNED, np.negative, "(-{0})"),
-    Unary.ABS: OpDef(_SIGNED, np.abs, "abs({0})"),
-    Unary.EXP: OpDef(_FLOATS, np.exp, "math.exp({0})"),
-    Unary.LOG: OpDef(_FLOATS, np.log, "math.log({0})"),
-    Unary.SQRT: OpDef(_FLOATS, np.sqrt, "math.sqrt({0})"),
-    Unary.RSQRT: OpDef(_FLOATS, lambda x: x.dtype.type(1) / np.sqrt(x), "(1.0 / math.sqrt({0}))"),
-    Unary.SQUARE: OpDef(_NUMBERS, lambda x: x * x, "({0} * {0})"),
-    Unary.INVERSE: OpDef(_FLOATS, lambda x: x.dtype.type(1) / x, "(1.0 / {0})"),
-    Unary.SIGMOID: OpDef(_FLOATS, _sigmoid, _SIGMOID_SOURCE),
-    Unary.TANH: OpDef(_FLOATS, np.tanh, "math.tanh({0})"),
+    Unary.NEG: OpDef(_SIGNED, np.negative, "(-{0})", False),
+    Unary.ABS: OpDef(_SIGNED, np.abs, "abs({0})", False),
+    Unary.EXP: OpDef(_FLOATS, np.exp, "math.exp({0})", True),
+    Unary.LOG: OpDef(_FLOATS, np.log, "math.log({0})", True),
+    Unary.SQRT: OpDef(_FLOATS, np.sqrt, "math.sqrt({0})", True),
+    Unary.RSQRT: OpDef(_FLOATS, lambda x: x.dtype.type(1) / np.sqrt(x),
+                       "(1.0 / math.sqrt({0}))", True),
+    Unary.SQUARE: OpDef(_NUMBERS, lambda x: x * x, "({0} * {0})", False),
+    Unary.INVERSE: OpDef(_FLOATS, lambda x: x.dtype.type(1) / x, "(1.0 / {0})", True),
+    Unary.SIGMOID: OpDef(_FLOATS, _sigmoid, _SIGMOID_SOURCE, True),
+    Unary.TANH: OpDef(_FLOATS, np.tanh, "math.tanh({0})", True),
     Unary.RELU: OpDef(_FLOATS, lambda x: np.where(x <= 0, x.dtype.type(0), x),
-                      "(0.0 if {0} <= 0 else {0})"),
-    Unary.CEIL: OpDef(_FLOATS, np.ceil, "np.ceil({0})"),
-    Unary.FLOOR: OpDef(_FLOATS, np.floor, "np.floor({0})"),
-    Unary.COS: OpDef(_FLOATS, np.cos, "math.cos({0})"),
-    Unary.SIN: OpDef(_FLOATS, np.sin, "math.sin({0})"),
-    Unary.SIGNUM: OpDef(_SIGNED, _signum, "(1 if {0} > 0 else (-1 if {0} < 0 else {0}))"),
-    Unary.LOGICAL_NOT: OpDef((BOOL,), np.logical_not, "(not {0})"),
-    Unary.IS_FINITE: OpDef(_FLOATS, np.isfinite, "math.isfinite({0})"),
-    Unary.EXPM1: OpDef(_FLOATS, np.expm1, "math.expm1({0})"),
-    Unary.LOG1P: OpDef(_FLOATS, np.log1p, "math.log1p({0})"),
-    Unary.ROUND: OpDef(_FLOATS, _round_half_away, _ROUND_SOURCE),
-    Binary.ADD: OpDef(_NUMBERS, np.add, "({0} + {1})"),
-    Binary.SUB: OpDef(_NUMBERS, np.subtract, "({0} - {1})"),
-    Binary.MUL: OpDef(_NUMBERS, np.multiply, "({0} * {1})"),
-    Binary.DIV: OpDef(_NUMBERS, _divide, "({0} / {1})"),
+                      "(0.0 if {0} <= 0 else {0})", False),
+    Unary.CEIL: OpDef(_FLOATS, np.ceil, "np.ceil({0})", False),
+    Unary.FLOOR: OpDef(_FLOATS, np.floor, "np.floor({0})", False),
+    Unary.COS: OpDef(_FLOATS, np.cos, "math.cos({0})", True),
+    Unary.SIN: OpDef(_FLOATS, np.sin, "math.sin({0})", True),
+    Unary.SIGNUM: OpDef(_SIGNED, _signum, "(1 if {0} > 0 else (-1 if {0} < 0 else {0}))", False),
+    Unary.LOGICAL_NOT: OpDef((BOOL,), np.logical_not, "(not {0})", False),
+    Unary.IS_FINITE: OpDef(_FLOATS, np.isfinite, "math.isfinite({0})", False),
+    Unary.EXPM1: OpDef(_FLOATS, np.expm1, "math.expm1({0})", True),
+    Unary.LOG1P: OpDef(_FLOATS, np.log1p, "math.log1p({0})", True),
+    Unary.ROUND: OpDef(_FLOATS, _round_half_away, _ROUND_SOURCE, False),
+    Binary.ADD: OpDef(_NUMBERS, np.add, "({0} + {1})", False),
+    Binary.SUB: OpDef(_NUMBERS, np.subtract, "({0} - {1})", False),
+    Binary.MUL: OpDef(_NUMBERS, np.multiply, "({0} * {1})", False),
+    Binary.DIV: OpDef(_NUMBERS, _divide, "({0} / {1})", True),
     Binary.MAX: OpDef(_NUMBERS, lambda a, b: np.where((a >= b) | (a != a), a, b),
-                      "({0} if {0} >= {1} or {0} != {0} else {1})"),
+                      "({0} if {0} >= {1} or {0} != {0} else {1})", False),
     Binary.MIN: OpDef(_NUMBERS, lambda a, b: np.where((a <= b) | (a != a), a, b),
-                      "({0} if {0} <= {1} or {0} != {0} else {1})"),
-    Binary.POW: OpDef(_FLOATS, np.power, "math.pow({0}, {1})"),
-    Binary.REM: OpDef(_NUMBERS, _remainder, "np.fmod({0}, {1})"),  # compiled: no math.fmod there
-    Binary.LT: OpDef(_NUMBERS, np.less, "({0} < {1})"),
-    Binary.LE: OpDef(_NUMBERS, np.less_equal, "({0} <= {1})"),
-    Binary.GT: OpDef(_NUMBERS, np.greater, "({0} > {1})"),
-    Binary.GE: OpDef(_NUMBERS, np.greater_equal, "({0} >= {1})"),
-    Binary.EQ: OpDef(ALL_TYPES, np.equal, "({0} == {1})"),
-    Binary.NE: OpDef(ALL_TYPES, np.not_equal, "({0} != {1})"),
-    Binary.AND: OpDef((BOOL,), np.logical_and, "({0} and {1})"),
-    Binary.OR: OpDef((BOOL,), np.logical_or, "({0} or {1})"),
-    Binary.ATAN2: OpDef(_FLOATS, np.arctan2, "math.atan2({0}, {1})"),
-    Ternary.SELECT: OpDef(ALL_TYPES, lambda a, b, cond: np.where(cond, a, b), "({0} if {2} else {1})"),
-    Ternary.CLAMP: OpDef(_NUMBERS, _clamp, _CLAMP_SOURCE),
+                      "({0} if {0} <= {1} or {0} != {0} else {1})", False),
+    Binary.POW: OpDef(_FLOATS, np.power, "math.pow({0}, {1})", True),
+    Binary.REM: OpDef(_NUMBERS, _remainder, "np.fmod({0}, {1})", True),  # compiled: no math.fmod there
+    Binary.LT: OpDef(_NUMBERS, np.less, "({0} < {1})", False),
+    Binary.LE: OpDef(_NUMBERS, np.less_equal, "({0} <= {1})", False),
+    Binary.GT: OpDef(_NUMBERS, np.greater, "({0} > {1})", False),
+    Binary.GE: OpDef(_NUMBERS, np.greater_equal, "({0} >= {1})", False),
+    Binary.EQ: OpDef(ALL_TYPES, np.equal, "({0} == {1})", False),
+    Binary.NE: OpDef(ALL_TYPES, np.not_equal, "({0} != {1})", False),
+    Binary.AND: OpDef((BOOL,), np.logical_and, "({0} and {1})", False),
+    Binary.OR: OpDef((BOOL,), np.logical_or, "({0} or {1})", False),
+    Binary.ATAN2: OpDef(_FLOATS, np.arctan2, "math.atan2({0}, {1})", True),
+    Ternary.SELECT: OpDef(ALL_TYPES, lambda a, b, cond: np.where(cond, a, b),
+                          "({0} if {2} else {1})", False),
+    Ternary.CLAMP: OpDef(_NUMBERS, _clamp, _CLAMP_SOURCE, False),
 }
 """The meaning of every op, in one place.  ``types`` of select are its two values' types (the
 condition is always bool); ops in BOOL_RESULT_OPS give bool, every other op its operands' type."""

@@ -197,16 +197,12 @@ about what a few elements do, and the per-element gather kernel loads an index p
 operand (measured on a GRU gate: 2,048 elements in runs of 3, staged 15 us, gathered 28 us)."""
 
 
-EXPENSIVE_OPS = {ex.Unary.EXP, ex.Unary.LOG, ex.Unary.SQRT, ex.Unary.RSQRT, ex.Unary.INVERSE,
-                 ex.Unary.SIGMOID, ex.Unary.TANH, ex.Unary.COS, ex.Unary.SIN, ex.Unary.EXPM1,
-                 ex.Unary.LOG1P, ex.Binary.DIV, ex.Binary.POW, ex.Binary.REM, ex.Binary.ATAN2}
-"""Ops that cost a host CPU many times an add (transcendentals, divisions): a tree with one is
-worth staging into contiguous arrays (:data:`STAGED_BELOW`)."""
-
-
 def _expensive(expression: ex.Expr) -> bool:
+    """Whether the tree has an op that costs a host CPU many times an add (``OpDef.costly``: a
+    transcendental, a division): such a tree is worth staging into contiguous arrays
+    (:data:`STAGED_BELOW`)."""
     return any(isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp))
-               and node.op in EXPENSIVE_OPS for node in ex.walk(expression))
+               and ex.OPS[node.op].costly for node in ex.walk(expression))
 
 
 def _run_table(index: np.ndarray) -> np.ndarray:
