@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gruc.runtime.blas import cpu_info
-from gruc.runtime.report import atomic_file
+from gruc.files import atomic_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from _common import machine, write_result
 from gruc.fidelity import (FIGURES, family, load_rows, measure, percent, summarise,
                            tiles_of)
-from gruc.runtime.report import write_text_atomically
+from gruc.files import write_text_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "fidelity.md"

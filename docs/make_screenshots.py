@@ -21,7 +21,7 @@ from gruc.plan.layer import plan_layer
 from gruc.popnn.gru_layer import GruLayerConfig, run_layer
 from gruc.runtime.browser import chromium, console_errors, open_page
 from gruc.runtime.compare import compare_html
-from gruc.runtime.report import write_text_atomically
+from gruc.files import write_text_atomically
 
 VIEWS = ("memory", "tile-map", "tile-page", "liveness", "program", "trace")
 

@@ -23,7 +23,7 @@ from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
-from gruc.runtime.report import TEMPORARY_PREFIX, output_destination, write_text_atomically
+from gruc.files import TEMPORARY_PREFIX, output_destination, write_text_atomically
 from gruc.runtime.viz import StatusLine, dataflow_dot
 from gruc.text import first_paragraph
 

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gruc.runtime.report import atomic_file
+from gruc.files import atomic_file
 from gruc.runtime.viz import require_matplotlib, tile_grid
 from gruc.text import plural
 

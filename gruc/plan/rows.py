@@ -2,7 +2,7 @@
 
 Why this shape: a sweep may run for hours and be interrupted at any moment, so finished rows are
 written as they come, and both files are replaced atomically
-(:func:`~gruc.runtime.report.write_text_atomically`): a reader — or a killed sweep's next run —
+(:func:`~gruc.files.write_text_atomically`): a reader — or a killed sweep's next run —
 sees the previous complete set of rows or the new one, never a torn file.  Rewriting both files
 costs time in the number of rows (0.1 s at 3,000), so a store rewrites them only once that much
 time has passed again tenfold since the last rewrite (:data:`WRITE_SHARE`): writing then takes
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gruc.errors import GrucFileError, GrucValueError
-from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
+from gruc.files import TEMPORARY_PREFIX, write_text_atomically
 
 JSON_NAME = "rows.json"
 CSV_NAME = "rows.csv"

@@ -91,7 +91,7 @@ def load_kernel(source: str) -> Callable:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"kernel_{digest}.py"
     if not path.exists() or path.read_text() != source:
-        from gruc.runtime.report import atomic_file
+        from gruc.files import atomic_file
 
         with atomic_file(path) as handle:  # a process killed here leaves no half-written kernel
             handle.write(source)

@@ -23,7 +23,7 @@ import numpy as np
 from gruc.runtime.cost import StepCost
 from gruc.runtime.lower import (Block, Branch, CopyStep, Executable, ExecuteStep,
                                 Loop, MarkStep, PrintStep, WhileLoop)
-from gruc.runtime.report import write_text_atomically
+from gruc.files import write_text_atomically
 from gruc.target import Target
 
 MAX_TILE_TRACKS = 64

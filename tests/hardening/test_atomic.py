@@ -26,12 +26,12 @@ import pytest
 
 from gruc.errors import GrucValueError
 from gruc.plan.rows import LOCK_NAME, RowStore
-from gruc.runtime.report import TEMPORARY_PREFIX, atomic_file, write_text_atomically
+from gruc.files import TEMPORARY_PREFIX, atomic_file, write_text_atomically
 
 CHILD = textwrap.dedent(r'''
     import json, os, sys, time
     from gruc.plan.rows import LOCK_NAME, RowStore
-    from gruc.runtime.report import write_text_atomically
+    from gruc.files import write_text_atomically
     from gruc.runtime.trace import write_chrome_trace
 
     kind, directory, mode = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -43,7 +43,7 @@ from gruc.popnn import gru
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
 from gruc.popnn.gru_params import GruOptions, GruParams
 from gruc.runtime.lower import CopyStep
-from gruc.runtime.report import write_text_atomically
+from gruc.files import write_text_atomically
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 TARGET = Target.custom(tiles_per_ipu=4)

@@ -30,7 +30,7 @@ from gruc.ir.module import Module
 from gruc.ir.printer import print_module
 from gruc.ops import map
 from gruc.runtime import report as report_module
-from gruc.runtime.report import TEMPORARY_PREFIX, write_text_atomically
+from gruc.files import TEMPORARY_PREFIX, write_text_atomically
 from gruc.cli import main
 
 READ_ONLY_DIRECTORY = "/sys"
