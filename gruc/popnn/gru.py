@@ -292,8 +292,8 @@ class _Cell:
             return gates
         mask = step.mask.expand([1])
         return _Gates(*(None if value is None else
-                        map(self.graph, ex._1 * ex._2, [value, mask], body, f"{self.name}/mask")
-                        for value in gates))
+                        map(self.graph, ex._1 * ex._2, [value, mask], body, f"{self.name}/mask{k}")
+                        for k, value in enumerate(gates)))
 
     def _on_state(self, units: Tensor, h: Tensor, body: Sequence, name: str) -> Tensor:
         """A product's ``[B, k·H]`` result copied onto the state's tiles, each unit laid out as

@@ -93,6 +93,17 @@ def test_plan_shows_the_memory_saved_and_the_cycles_spent():
     assert "gru/intermediates" not in {v.name for v in recomputing.layer.graph.variables}
 
 
+def test_a_recomputing_layer_is_planned_as_it_runs():
+    """Its loops are counted like a saving layer's: per-row lengths in 3 shards, training."""
+    config = small(**CASES["3 shards with code reuse"], variable_time_steps=(9, 4),
+                   recomputation_mode="full")
+    run = run_layer(config)
+    assert run.passed, run.mismatches
+    plan = plan_layer(config)
+    assert plan.report.cycles == run.engine.report.cycles
+    assert plan.report.total_memory == run.engine.report.total_memory
+
+
 def test_compile_only_report_differs_by_the_flag(capsys):
     """``gruc gru --compile-only`` plans both modes; the recomputing one has more cycles."""
     totals = []
