@@ -64,7 +64,12 @@ FLAGS = [
     ("--with-real-time-steps", "with_real_time_steps", _bool, "random per-row lengths (0/1)"),
     ("--output-all-sequence", "output_all_sequence", _bool, "output every step (0/1)"),
     ("--ignore-input-gradient", "ignore_input_gradient", _bool, "no input gradient (0/1)"),
-    ("--save-intermediates", "save_intermediates", _bool, "training forward (0/1)"),
+    ("--save-intermediates", "save_intermediates", _bool,
+     "read back and check the forward's saved gates (0/1; with --phase fwd: run a training "
+     "forward to save them; refused with --recomputation-mode full)"),
+    ("--recomputation-mode", "recomputation_mode", str,
+     "training: none (save every gate for the backward pass) or full (save none, recompute "
+     "them there: less memory, more cycles)"),
     ("--available-memory-proportion", "available_memory_proportion", float,
      "matmul temporaries (default: 0.6)"),
     ("--partials-type", "partials_type", str, "matmul partials: half or float (default: float)"),

@@ -12,7 +12,9 @@ once.  The cell follows poplibs' device code:
 * AUGRU: ``u ← (1 − a) u`` with one attention score per row and step;
 * ``h_t = c + u ∘ (h − c)``; inference updates the state in place.
 
-Training saves the intermediates ``[S, k, B, H]`` in the order r, u, c, (h_t), (c_rec).  With
+Training saves the intermediates ``[S, k, B, H]`` in the order r, u, c, (h_t), (c_rec), or under
+the ``recomputationMode`` option ``full`` only (h_t): the backward pass then rebuilds each step's
+gates with this module's cell (:meth:`_Cell.recomputed`).  With
 per-row lengths, padded steps write zeros (gates, candidate, output) and the state is latched —
 in inference too, where poplibs leaves the padded outputs unmasked (a documented deviation, see
 ``docs/gru-deviations.md``).
@@ -40,8 +42,9 @@ from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.rnn_geometry import (code_reuse_default, gru_flops_bwd, gru_flops_fwd,
                                    gru_flops_wu, gru_num_shards)
 from gruc.popnn.gru_params import (GATES, Activation, GruOptions, GruParams, GruWeights,
-                                   check_in_graph, check_layer_args, check_tensor, check_weights,
-                                   from_internal_order, require_attention, weights_in_order)
+                                   RecomputationMode, check_in_graph, check_layer_args,
+                                   check_tensor, check_weights, from_internal_order,
+                                   require_attention, saved_intermediates, weights_in_order)
 
 OptionsLike = GruOptions | dict[str, Any] | None
 
@@ -51,6 +54,9 @@ class ForwardResult(NamedTuple):
 
     output: Tensor
     intermediates: Tensor | None
+    """``[S, k, B, H]``, the rows of :func:`~gruc.popnn.gru_params.saved_intermediates`; None
+    without ``save_intermediates``, or when full recomputation of a full-sequence layer saves
+    nothing."""
 
 
 def _check_creator(graph: Graph, params: GruParams, what: str) -> None:
@@ -199,8 +205,20 @@ def _internal_weights(params: GruParams, weights: GruWeights) -> _Weights:
                     internal.biases.flatten(), None)
 
 
+class _Gates(NamedTuple):
+    """One step's gate outputs (``candidate`` is None when only the gates were asked for;
+    ``candidate_recurrent`` is reset-after's ``c_rec``, else None)."""
+
+    reset: Tensor
+    update: Tensor
+    candidate: Tensor | None
+    candidate_recurrent: Tensor | None
+
+
 class _Cell:
-    """Builds one step of the forward pass into a loop body."""
+    """Builds one step of the forward pass into a loop body.  The backward pass builds the same
+    step again with :meth:`recomputed` under full recomputation: the same builder, so the same
+    vertices and matmul plans make the same bits."""
 
     def __init__(self, graph: Graph, params: GruParams, weights: _Weights, options: GruOptions,
                  training: bool, attention: bool, name: str) -> None:
@@ -210,18 +228,25 @@ class _Cell:
         self.mm = options.matmul_options("TRAINING_FWD" if not options.inference_only or training
                                          else "INFERENCE_FWD")
         self.training = training
+        self.saved = saved_intermediates(params, options.recomputation_mode)
         self.attention = attention
         self.name = name
 
     def __call__(self, graph: Graph, step: TimeStep, state: list[Tensor], slices: RnnSlice,
                  created: list, body: Sequence) -> None:
-        params, h_size = self.params, self.params.hidden_size
         h = state[0]
-        x = slices.inputs[0]
-        act, rec_act = params.activation, params.recurrent_activation
-        interim = slices.interim_out
-        n = self.name
-        if params.reset_after:
+        score = slices.inputs[1] if self.attention else None
+        gates = self.gates(h, slices.inputs[0], score, body)
+        self._update(step, h, gates, slices, body)
+
+    def gates(self, h: Tensor, x: Tensor, score: Tensor | None, body: Sequence,
+              with_candidate: bool = True) -> _Gates:
+        """The step's gates from the previous state ``h`` ``[B, H]``, the input ``x`` ``[B, I]``
+        and (AUGRU) the attention ``score`` ``[B, 1]``; ``with_candidate`` False stops after
+        the reset and update gates (the update then before attention)."""
+        graph, h_size, n = self.graph, self.params.hidden_size, self.name
+        act, rec_act = self.params.activation, self.params.recurrent_activation
+        if self.params.reset_after:
             x_part = self._on_state(mat_mul(graph, x, self.w.inputs, body, options=self.mm,
                                             name=f"{n}/in"), h, body, f"{n}/in")
             h_part = self._on_state(mat_mul(graph, h, self.w.outputs, body, options=self.mm,
@@ -231,29 +256,44 @@ class _Cell:
             gates = _activate(graph, rec_act, ex._1 + ex._2 + ex._3 + ex._4,
                               [x_part[:, :2 * h_size], h_part[:, :2 * h_size], bias_ru, rbias_ru],
                               h_size, body, f"{n}/gates")
+            reset, update = gates[:, :h_size], gates[:, h_size:]
+            if not with_candidate:
+                return _Gates(reset, update, None, None)
             candidate_recurrent = map(graph, ex._1 + ex._2,
                                       [h_part[:, 2 * h_size:], self.w.recurrent_bias[2 * h_size:]],
                                       body, f"{n}/c_rec")
-            reset, update = gates[:, :h_size], gates[:, h_size:]
-            self._attend(step, slices, update, body)
+            self._attend(score, update, body)
             candidate = _activate(graph, act, ex._1 + ex._2 + ex._3 * ex._4,
                                   [x_part[:, 2 * h_size:], self.w.bias[2 * h_size:], reset,
                                    candidate_recurrent], h_size, body, f"{n}/candidate")
-        else:
-            xh = concat([x, h], 1)
-            ru = self._on_state(mat_mul(graph, xh, self.w.ru, body, options=self.mm,
-                                        name=f"{n}/ru"), h, body, f"{n}/ru")
-            gates = _activate(graph, rec_act, ex._1 + ex._2, [ru, self.w.bias[:2 * h_size]],
-                              h_size, body, f"{n}/gates")
-            reset, update = gates[:, :h_size], gates[:, h_size:]
-            self._attend(step, slices, update, body)
-            reset_state = map(graph, ex._1 * ex._2, [reset, h], body, f"{n}/rh")
-            c_in = self._on_state(mat_mul(graph, concat([x, reset_state], 1), self.w.c, body,
-                                          options=self.mm, name=f"{n}/c"), h, body, f"{n}/c")
-            candidate = _activate(graph, act, ex._1 + ex._2, [c_in, self.w.bias[2 * h_size:]],
-                                  h_size, body, f"{n}/candidate")
-            candidate_recurrent = None
-        self._update(step, h, reset, update, candidate, candidate_recurrent, interim, slices, body)
+            return _Gates(reset, update, candidate, candidate_recurrent)
+        xh = concat([x, h], 1)
+        ru = self._on_state(mat_mul(graph, xh, self.w.ru, body, options=self.mm,
+                                    name=f"{n}/ru"), h, body, f"{n}/ru")
+        gates = _activate(graph, rec_act, ex._1 + ex._2, [ru, self.w.bias[:2 * h_size]],
+                          h_size, body, f"{n}/gates")
+        reset, update = gates[:, :h_size], gates[:, h_size:]
+        if not with_candidate:
+            return _Gates(reset, update, None, None)
+        self._attend(score, update, body)
+        reset_state = map(graph, ex._1 * ex._2, [reset, h], body, f"{n}/rh")
+        c_in = self._on_state(mat_mul(graph, concat([x, reset_state], 1), self.w.c, body,
+                                      options=self.mm, name=f"{n}/c"), h, body, f"{n}/c")
+        candidate = _activate(graph, act, ex._1 + ex._2, [c_in, self.w.bias[2 * h_size:]],
+                              h_size, body, f"{n}/candidate")
+        return _Gates(reset, update, candidate, None)
+
+    def recomputed(self, step: TimeStep, h: Tensor, x: Tensor, score: Tensor | None,
+                   body: Sequence, with_candidate: bool = True) -> _Gates:
+        """:meth:`gates` for a backward step, each masked as a saving forward saves it (a
+        padded row's gates are zero), so the backward reads what it would have read."""
+        gates = self.gates(h, x, score, body, with_candidate)
+        if step.mask is None:
+            return gates
+        mask = step.mask.expand([1])
+        return _Gates(*(None if value is None else
+                        map(self.graph, ex._1 * ex._2, [value, mask], body, f"{self.name}/mask{k}")
+                        for k, value in enumerate(gates)))
 
     def _on_state(self, units: Tensor, h: Tensor, body: Sequence, name: str) -> Tensor:
         """A product's ``[B, k·H]`` result copied onto the state's tiles, each unit laid out as
@@ -264,20 +304,19 @@ class _Cell:
         body.add(Copy(units, laid))
         return laid
 
-    def _attend(self, step: TimeStep, slices: RnnSlice, update: Tensor, body: Sequence) -> None:
-        if self.attention:
-            score = slices.inputs[1]  # [B, 1]
+    def _attend(self, score: Tensor | None, update: Tensor, body: Sequence) -> None:
+        if score is not None:
             map_in_place(self.graph, ex._1 - ex._2 * ex._1, [update, score], body,
                          f"{self.name}/attention")
 
-    def _update(self, step: TimeStep, h: Tensor, reset: Tensor, update: Tensor, candidate: Tensor,
-                candidate_recurrent: Tensor | None, interim: Tensor | None, slices: RnnSlice,
+    def _update(self, step: TimeStep, h: Tensor, gates: _Gates, slices: RnnSlice,
                 body: Sequence) -> None:
         """``h_t = c + u ∘ (h − c)`` into the state.  Inference with nothing to mask or output
         updates ``h`` in place; otherwise ``h_t`` is a temporary first, saved (masked) into the
         intermediates and outputs, then copied or latched into ``h`` (a padded row keeps its
         state)."""
-        graph, params, n = self.graph, self.params, self.name
+        graph, n = self.graph, self.name
+        update, candidate = gates.update, gates.candidate
         mask = None if step.mask is None else step.mask.expand([1])   # [B, 1]
         if not self.training and mask is None and not slices.outputs:
             map_in_place(graph, ex._3 + ex._2 * (ex._1 - ex._3), [h, update, candidate], body,
@@ -285,18 +324,15 @@ class _Cell:
             return
         new_h = map(graph, ex._1 + ex._2 * (ex._3 - ex._1), [candidate, update, h], body,
                     f"{n}/output")
-        if interim is not None:
-            saved = [reset, update, candidate]
-            if not params.output_full_sequence:
-                saved.append(new_h)
-            if candidate_recurrent is not None:
-                saved.append(candidate_recurrent)
-            for k, value in enumerate(saved):
+        if slices.interim_out is not None:
+            values = {"r": gates.reset, "u": update, "c": candidate, "h": new_h,
+                      "c_rec": gates.candidate_recurrent}
+            for k, row in enumerate(self.saved):
                 if mask is None:
-                    body.add(Copy(value, interim[k]))
+                    body.add(Copy(values[row], slices.interim_out[k]))
                 else:
-                    map_with_output(graph, ex._1 * ex._2, [value, mask], interim[k], body,
-                                    f"{n}/save{k}")
+                    map_with_output(graph, ex._1 * ex._2, [values[row], mask],
+                                    slices.interim_out[k], body, f"{n}/save{k}")
         if slices.outputs:
             map_with_output(graph, ex._1 * ex._2, [new_h, mask], slices.outputs[0], body,
                             f"{n}/masked_output")
@@ -358,8 +394,8 @@ def _forward(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
     full = params.output_full_sequence
     output_seq = create_output_tensor(graph, rnn_params, shards, f"{name}/output") if full else None
     intermediates = None
-    if save_intermediates:
-        k = params.num_intermediates
+    k = len(saved_intermediates(params, opts.recomputation_mode))
+    if save_intermediates and k:
         intermediates = create_output_tensor(graph, rnn_params, shards, f"{name}/intermediates",
                                              multiple=k).reshape((s, k, b, h))
         if params.var_time_steps is not None:
@@ -390,7 +426,9 @@ def gru_fwd(graph: Graph, params: GruParams, init_state: Tensor, input: Tensor,
             real_time_steps: Tensor | None = None, name: str = "",
             options: OptionsLike = None) -> ForwardResult:
     """The GRU forward pass (poplibs ``gruFwd``): output ``[S,B,H]`` (or the last state
-    ``[B,H]``) and, with ``save_intermediates``, ``[S,k,B,H]`` for the backward pass."""
+    ``[B,H]``) and, with ``save_intermediates``, ``[S,k,B,H]`` for the backward pass (what the
+    ``recomputationMode`` option keeps: see :class:`~gruc.popnn.gru_params.RecomputationMode`;
+    give the backward the same options)."""
     return _forward(graph, params, init_state, input, weights, prog, save_intermediates,
                     real_time_steps, None, name, options)
 
@@ -421,8 +459,8 @@ def get_basic_gru_cell_wu_flops(params: GruParams) -> int:
     return gru_flops_wu(params.batch_size, params.max_time_steps, *params.layer_sizes)
 
 
-__all__ = ["GATES", "Activation", "GruParams", "GruOptions", "GruWeights", "ForwardResult",
-           "num_shards", "create_input", "create_initial_state", "create_weights_kernel",
+__all__ = ["GATES", "Activation", "GruParams", "GruOptions", "GruWeights", "RecomputationMode",
+           "ForwardResult", "num_shards", "create_input", "create_initial_state", "create_weights_kernel",
            "create_weights_biases", "create_weights", "create_attention", "zero_initial_state",
            "gru_fwd", "au_gru_fwd", "get_basic_gru_cell_fwd_flops",
            "get_basic_gru_cell_bwd_flops", "get_basic_gru_cell_wu_flops"]

@@ -40,6 +40,13 @@ Why it is built this way (poplibs' reasons, kept):
   gate gradients, ``3·B·H·S``.  poplibs picks the smaller — inside iff ``I + H ≤ B·S``
   (:func:`interleaved_wu_is_beneficial`).
 
+Recomputation (the ``recomputationMode`` option, given to the forward and the backward alike).
+With ``full`` the forward saves no gates, and each backward step (and each step of a separate
+weight-update loop, which needs the reset gate) first builds the forward step again from
+``h_{t-1}`` and ``x_t`` with the forward's own cell, masked as the forward saves it: the same
+vertices and plans, so the gradients are bit-identical to a saving layer's, for the cost of a
+second forward pass and no ``[S, k, B, H]`` intermediates.
+
 Sequence lengths.  With a scalar length the loops stop early; with per-row lengths every gate
 gradient (dr, du, dc) is zero at a row's padded steps and the carried gradient is latched there,
 as the reference does (poplibs masks only dc, which leaks a gradient through tanh and its
@@ -51,6 +58,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from gruc.errors import GrucValueError, expect
 from gruc.ir import expr as ex
 from gruc.ir.graph import Graph
 from gruc.ir.program import Copy, Sequence, WriteUndef
@@ -65,8 +73,9 @@ from gruc.ops.rnn import (RnnSlice, TimeStep, create_input_tensor, create_output
 from gruc.ops.rnn import create_initial_state as create_rnn_state
 from gruc.rnn_geometry import code_reuse_default
 from gruc.popnn.gru_params import (Activation, GruOptions, GruParams, GruWeights,
-                                   check_in_graph, check_layer_args, check_tensor, check_weights,
-                                   require_attention, weights_in_order)
+                                   RecomputationMode, check_in_graph, check_layer_args,
+                                   check_tensor, check_weights, require_attention,
+                                   saved_intermediates, weights_in_order)
 from gruc.types import FLOAT, HALF, DType
 
 __all__ = ["GruGradients", "interleaved_wu_is_beneficial", "gru_bwd", "au_gru_bwd", "gru_wu",
@@ -250,16 +259,18 @@ class _BackwardCell:
 
     Loop state: ``[gh]`` (the gradient carried into the previous output), plus the bias
     accumulator when the weight update is interleaved.  Inputs, in order: the output gradient
-    (full-sequence output only), ``h_{t-1}``, the layer input (interleaved update only) and the
-    AUGRU attention scores.  Created rows: the input gradient (if asked for), the attention
-    gradient (AUGRU)."""
+    (full-sequence output only), ``h_{t-1}``, the layer input (interleaved update or
+    recomputation) and the AUGRU attention scores.  The step's gates come from the saved
+    intermediates, or under full recomputation from ``recompute``, the forward's own cell.
+    Created rows: the input gradient (if asked for), the attention gradient (AUGRU)."""
 
     def __init__(self, graph: Graph, params: GruParams, weights: _TransposedWeights,
-                 options: GruOptions, accumulators: _Accumulators | None, attention: bool,
-                 name: str) -> None:
+                 options: GruOptions, accumulators: _Accumulators | None,
+                 recompute: _Cell | None, attention: bool, name: str) -> None:
         self.graph, self.params, self.w = graph, params, weights
         self.mm = {**options.matmul_options("TRAINING_BWD"), "inputRHSIsPreArranged": True}
         self.accumulators = accumulators
+        self.recompute = recompute
         self.attention = attention
         self.name = name
 
@@ -268,15 +279,17 @@ class _BackwardCell:
         params, n = self.params, self.name
         full = params.output_full_sequence
         carried = state[0]
-        saved = slices.interim_in                      # [k, B, H]: r, u, c, (h), (c_rec)
-        reset, update, candidate = saved[0], saved[1], saved[2]
         rows = iter(slices.inputs)
         grad_next = next(rows) if full else None
         h_prev = next(rows)
-        x = next(rows) if self.accumulators is not None else None
+        x = next(rows) if self.accumulators is not None or self.recompute is not None else None
         score = next(rows) if self.attention else None
+        gates = (_saved_gates(params, slices.interim_in) if self.recompute is None
+                 else self.recompute.recomputed(step, h_prev, x, score, body))
+        reset, update, candidate = gates.reset, gates.update, gates.candidate
         d_gates = (slices.interim_out if slices.interim_out is not None
-                   else graph.clone(saved.slice(0, 3), f"{n}/d_gates"))
+                   else graph.clone(concat([reset.expand([0]), update.expand([0]),
+                                            candidate.expand([0])]), f"{n}/d_gates"))
         d_update, d_candidate = d_gates[1], d_gates[2]
         mask = None if step.mask is None else self._per_row(step.mask.expand([1]), ex._1,
                                                             carried, body, "mask")
@@ -301,7 +314,7 @@ class _BackwardCell:
 
         if params.reset_after:
             d_prev_terms, d_input, reset_candidate = self._reset_after(
-                reset, saved, d_gates, body)
+                reset, gates.candidate_recurrent, d_gates, body)
         else:
             d_prev_terms, d_input = self._reset_before(reset, h_prev, d_gates, body)
             reset_candidate = None
@@ -372,14 +385,13 @@ class _BackwardCell:
         d_prev_ru = through_ru[:, i:] if with_inputs else through_ru
         return [(d_reset_state, reset), (d_prev_ru,)], d_input
 
-    def _reset_after(self, reset: Tensor, saved: Tensor, d_gates: Tensor, body: Sequence
-                     ) -> tuple[list[tuple[Tensor, ...]], Tensor | None, Tensor]:
-        """Reset-after: ``dr = σ'(r) ∘ dc ∘ c_rec`` (``c_rec`` from the saved intermediates) into
+    def _reset_after(self, reset: Tensor, candidate_recurrent: Tensor, d_gates: Tensor,
+                     body: Sequence) -> tuple[list[tuple[Tensor, ...]], Tensor | None, Tensor]:
+        """Reset-after: ``dr = σ'(r) ∘ dc ∘ c_rec`` (``c_rec`` saved or recomputed) into
         ``d_gates[0]``, ``[dr, du, dc ∘ r] · Whᵀ`` as the term of ``dh_{t-1}``, and
         ``dx = [dr, du, dc] · Wiᵀ`` if input gradients are asked for.  ``dc ∘ r`` is returned
         too, so the weight update need not form it again."""
         graph, n, params = self.graph, self.name, self.params
-        candidate_recurrent = saved[3 + (not params.output_full_sequence)]
         d_candidate = d_gates[2]
         self._gate_gradient(params.recurrent_activation, reset,
                             lambda t: t(d_candidate) * t(candidate_recurrent), None, d_gates[0],
@@ -413,29 +425,59 @@ class _BackwardCell:
 
 class _UpdateCell:
     """One step of the separate weight-update loop (poplibs ``gruWUImpl``'s body).  State: the
-    bias accumulator; inputs: the layer input, ``h_{t-1}`` and the gate gradients."""
+    bias accumulator; inputs: the layer input, ``h_{t-1}`` and the gate gradients.  The reset
+    gate is the saved one, or under full recomputation the forward cell's again (its gates
+    only: the candidate is not needed here)."""
 
-    def __init__(self, accumulators: _Accumulators) -> None:
+    def __init__(self, accumulators: _Accumulators, recompute: _Cell | None) -> None:
         self.accumulators = accumulators
+        self.recompute = recompute
 
     def __call__(self, graph: Graph, step: TimeStep, state: list[Tensor], slices: RnnSlice,
                  created: list, body: Sequence) -> None:
         x, h_prev, d_gates = slices.inputs
-        self.accumulators.add_step(x, h_prev, slices.interim_in[0], d_gates, state[0], body)
+        reset = (slices.interim_in[0] if self.recompute is None else
+                 self.recompute.recomputed(step, h_prev, x, None, body, with_candidate=False).reset)
+        self.accumulators.add_step(x, h_prev, reset, d_gates, state[0], body)
+
+
+def _saved_gates(params: GruParams, saved: Tensor) -> _Gates:
+    """A step's gates from its row of the saved intermediates ``[k, B, H]``."""
+    rows = saved_intermediates(params, RecomputationMode.NONE)
+    return _Gates(saved[0], saved[1], saved[2],
+                  saved[rows.index("c_rec")] if params.reset_after else None)
+
+
+def _recompute_cell(graph: Graph, params: GruParams, weights: GruWeights, options: GruOptions,
+                    attention: bool, name: str) -> _Cell | None:
+    """The forward's cell, to build the gates again in a backward step; None without full
+    recomputation."""
+    if options.recomputation_mode is RecomputationMode.NONE:
+        return None
+    return _Cell(graph, params, _internal_weights(params, weights), options, True, attention,
+                 f"{name}/recompute")
 
 
 # ---- shared set-up -------------------------------------------------------------------------------
-def _check_common(params: GruParams, fwd_output_init: Tensor, fwd_intermediates: Tensor,
-                  weights: GruWeights, fwd_input: Tensor, fwd_output: Tensor) -> None:
-    """The arguments every backward and weight-update builder takes."""
+def _check_common(params: GruParams, options: GruOptions, fwd_output_init: Tensor,
+                  fwd_intermediates: Tensor | None, weights: GruWeights, fwd_input: Tensor,
+                  fwd_output: Tensor) -> None:
+    """The arguments every backward and weight-update builder takes; the forward intermediates
+    are what the forward saves under the same ``recomputationMode``."""
     s, b, i, h = params.max_time_steps, params.batch_size, params.input_size, params.hidden_size
     dtype = params.dtype
     check_tensor("initial state (fwd_output_init)", fwd_output_init, (b, h), dtype)
-    k = params.num_intermediates
-    check_tensor("forward intermediates", fwd_intermediates, (s, k, b, h), dtype,
-                 " (r, u, c" + (", h" if not params.output_full_sequence else "")
-                 + (", c_rec" if params.reset_after else "") + " for this layer: run gru_fwd "
-                 "with save_intermediates=True and the same params)")
+    mode = options.recomputation_mode.value
+    rows = saved_intermediates(params, options.recomputation_mode)
+    if not rows:
+        expect(fwd_intermediates is None, GrucValueError,
+               f"GRU forward intermediates must be None with recomputationMode {mode} and "
+               "output_full_sequence: the forward saves none (were the forward's options "
+               "different?)")
+    else:
+        check_tensor("forward intermediates", fwd_intermediates, (s, len(rows), b, h), dtype,
+                     f" ({', '.join(rows)} for this layer with recomputationMode {mode}: run "
+                     "gru_fwd with save_intermediates=True and the same params and options)")
     check_weights(params, weights)
     check_tensor("forward input", fwd_input, (s, b, i), dtype)
     check_tensor("forward output", fwd_output,
@@ -463,13 +505,14 @@ def _code_reuse(options: GruOptions, shards: int) -> bool:
         else code_reuse_default(shards)
 
 
-def _previous_outputs(graph: Graph, params: GruParams, fwd_output_init: Tensor,
-                      fwd_intermediates: Tensor, fwd_output: Tensor, shards: int, prog: Sequence,
-                      name: str) -> Tensor:
+def _previous_outputs(graph: Graph, params: GruParams, options: GruOptions,
+                      fwd_output_init: Tensor, fwd_intermediates: Tensor | None,
+                      fwd_output: Tensor, shards: int, prog: Sequence, name: str) -> Tensor:
     """``h_{t-1}`` for every step: the output sequence (or, for a last-output layer, the saved
     per-step outputs) one step later, ``h0`` first."""
+    rows = saved_intermediates(params, options.recomputation_mode)
     outputs = (fwd_output if params.output_full_sequence
-               else fwd_intermediates[:, 3])   # [S, B, H]
+               else fwd_intermediates[:, rows.index("h")])   # [S, B, H]
     return shift_rnn_tensor(graph, params.rnn, outputs, fwd_output_init, prog, shards,
                             f"{name}/prev_output")
 
@@ -503,7 +546,8 @@ def _backward(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init: 
     check_layer_args(graph, params, prog, name)
     opts = GruOptions.parse(options)
     params = _lengths_for(params, real_time_steps)
-    _check_common(params, fwd_output_init, fwd_intermediates, weights, fwd_input, fwd_output)
+    _check_common(params, opts, fwd_output_init, fwd_intermediates, weights, fwd_input,
+                  fwd_output)
     s, b, h = params.max_time_steps, params.batch_size, params.hidden_size
     full = params.output_full_sequence
     check_tensor("output gradient (grad_layer_next)", grad_layer_next,
@@ -529,13 +573,15 @@ def _backward(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init: 
         inputs.append(grads)
     else:
         prog.add(Copy(grad_layer_next, carried))
-    inputs.append(_previous_outputs(graph, params, fwd_output_init, fwd_intermediates,
+    inputs.append(_previous_outputs(graph, params, opts, fwd_output_init, fwd_intermediates,
                                     fwd_output, shards, prog, name))
     state = [carried]
     accumulators = None
+    recompute = _recompute_cell(graph, params, weights, opts, attentions is not None, name)
+    if update_weights or recompute is not None:
+        inputs.append(_input_copy(graph, params, fwd_input, shards, prog, name))
     if update_weights:
         accumulators = _Accumulators(graph, params, weights, opts, prog, f"{name}/wu")
-        inputs.append(_input_copy(graph, params, fwd_input, shards, prog, name))
         state.append(accumulators.initial_bias_sums(shards, prog))
     created = []
     input_grad = None
@@ -555,10 +601,11 @@ def _backward(graph: Graph, params: GruParams, prog: Sequence, fwd_output_init: 
                                                  f"{name}/bwd_intermediates",
                                                  multiple=3).reshape((s, 3, b, h))
         _sequence_result(graph, params, bwd_intermediates, prog, f"{name}/bwd_intermediates")
-    cell = _BackwardCell(graph, params, transposed, opts, accumulators, attentions is not None,
-                         name)
+    cell = _BackwardCell(graph, params, transposed, opts, accumulators, recompute,
+                         attentions is not None, name)
     final = rnn(graph, rnn_params, reverse=True, init_state=state, inputs=inputs,
-                interim_in=fwd_intermediates, interim_out=bwd_intermediates, created=created,
+                interim_in=fwd_intermediates if recompute is None else None,
+                interim_out=bwd_intermediates, created=created,
                 prog=prog, loop_fn=cell, num_shards=shards, var_time_steps=params.var_time_steps,
                 code_reuse=_code_reuse(opts, shards), name=name)
     weights_grad = accumulators.finish(final[1], prog) if accumulators is not None else None
@@ -573,7 +620,8 @@ def _weight_update(graph: Graph, params: GruParams, prog: Sequence, fwd_output_i
     check_layer_args(graph, params, prog, name)
     opts = GruOptions.parse(options)
     params = _lengths_for(params, real_time_steps)
-    _check_common(params, fwd_output_init, fwd_intermediates, weights, fwd_input, fwd_output)
+    _check_common(params, opts, fwd_output_init, fwd_intermediates, weights, fwd_input,
+                  fwd_output)
     s, b, h = params.max_time_steps, params.batch_size, params.hidden_size
     check_tensor("backward intermediates", bwd_intermediates, (s, 3, b, h), params.dtype,
                  " (dr, du, dc: gru_bwd with save_bwd_intermediates=True)")
@@ -583,12 +631,14 @@ def _weight_update(graph: Graph, params: GruParams, prog: Sequence, fwd_output_i
     shards = num_shards(graph, params, opts)
     accumulators = _Accumulators(graph, params, weights, opts, prog, name)
     inputs = [_input_copy(graph, params, fwd_input, shards, prog, name),
-              _previous_outputs(graph, params, fwd_output_init, fwd_intermediates, fwd_output,
-                                shards, prog, name),
+              _previous_outputs(graph, params, opts, fwd_output_init, fwd_intermediates,
+                                fwd_output, shards, prog, name),
               bwd_intermediates]
+    recompute = _recompute_cell(graph, params, weights, opts, False, name)
     final = rnn(graph, params.rnn, reverse=True,
                 init_state=[accumulators.initial_bias_sums(shards, prog)], inputs=inputs,
-                interim_in=fwd_intermediates, prog=prog, loop_fn=_UpdateCell(accumulators),
+                interim_in=fwd_intermediates if recompute is None else None, prog=prog,
+                loop_fn=_UpdateCell(accumulators, recompute),
                 num_shards=shards, var_time_steps=params.var_time_steps,
                 code_reuse=_code_reuse(opts, shards), name=name)
     return GruGradients(None, None, None, accumulators.finish(final[0], prog), None)
@@ -700,5 +750,5 @@ def au_gru_bwd_with_wu(graph: Graph, params: GruParams, prog: Sequence, fwd_outp
 # The forward module re-exports this one's builders at its end, so the forward helpers are
 # imported here, last: whichever of the two modules is imported first, each finds the other's
 # names already defined.
-from gruc.popnn.gru import (_internal_weights, _lengths_for, _unflatten_units,  # noqa: E402
-                            create_attention, num_shards)
+from gruc.popnn.gru import (_Cell, _Gates, _internal_weights, _lengths_for,  # noqa: E402
+                            _unflatten_units, create_attention, num_shards)

@@ -66,7 +66,12 @@ class GruLayerConfig(GrucModel):
     output_all_sequence: bool = Field(True, description="Output every step (else the last).")
     ignore_input_gradient: bool = False
     save_intermediates: bool = Field(
-        False, description="Training forward: save the intermediates and check them too.")
+        False, description="Read back the forward's saved intermediates and check them (in "
+                           "inference: run a training forward to save them).  Refused with full "
+                           "recomputation, which saves no gates.")
+    recomputation_mode: Literal["none", "full"] = Field(
+        "none", description="Training (recomputationMode): none saves every gate for the "
+                            "backward pass; full saves none and recomputes them there.")
     available_memory_proportion: float | None = Field(None, ge=0, allow_inf_nan=False)
     partials_type: str | None = None
     device_type: DeviceType = Field(
@@ -134,8 +139,8 @@ class GruLayerConfig(GrucModel):
     def _consistent(self) -> "GruLayerConfig":
         """The rules between flags: variable and real time steps exclude each other, variable
         lengths are one or one per batch row, each within the sequence, real time steps need
-        every step output (poplibs' own rule, in its words), and the weights range is one the
-        data type holds (weights rounded to infinity make the reference NaN, which the check
+        every step output (poplibs' own rule, in its words), recomputation is a training choice
+        that leaves no gates to read back, and the weights range is one the data type holds (weights rounded to infinity make the reference NaN, which the check
         would match with the device's NaN)."""
         if self.variable_time_steps is not None:
             if self.with_real_time_steps:
@@ -149,6 +154,14 @@ class GruLayerConfig(GrucModel):
                                  f"({self.sequence_size})")
         if self.with_real_time_steps and not self.output_all_sequence:
             raise ValueError("The outputFullSequence should be true if realTimeSteps given")
+        if self.recomputation_mode != "none":
+            if self.phase == "fwd":
+                raise ValueError(f"recomputation mode {self.recomputation_mode} only changes "
+                                 "training: give a phase of bwd, wu or all")
+            if self.save_intermediates:
+                raise ValueError(f"save intermediates reads back the saved gates, and "
+                                 f"recomputation mode {self.recomputation_mode} saves none: "
+                                 "drop one")
         largest = float(np.finfo(dtype_of(self.data_type).storage).max)
         if self.weights_range > largest:  # data rounded to infinity: a NaN reference, no check
             raise ValueError(f"weights range {self.weights_range:g} is more than "
@@ -163,6 +176,8 @@ class GruLayerConfig(GrucModel):
         """poplibs GRU options: ``inferenceOnly`` always, the others only when given."""
         result: dict[str, Any] = {"inferenceOnly": self.phase == "fwd"
                                   and not self.save_intermediates}
+        if self.recomputation_mode != "none":
+            result["recomputationMode"] = self.recomputation_mode
         for key, value in (("numShards", self.shards), ("rnnCodeReuse", self.code_reuse),
                            ("availableMemoryProportion", self.available_memory_proportion),
                            ("partialsType", self.partials_type)):

@@ -3,7 +3,8 @@
 :class:`GruParams` is poplibs' ``GruParams`` with one source of truth (poplibs keeps deprecated
 mirror fields next to ``rnn``; gruc derives the :class:`RnnParams` from the layer's own fields).
 :class:`GruOptions` parses poplibs' option dictionary (``{"inferenceOnly": False, ...}``) with the
-same names, rejecting unknown keys and bad values by name.  Gate order: poplibs computes in the
+same names, rejecting unknown keys and bad values by name; :func:`saved_intermediates` says what
+a training forward keeps for its backward under each ``recomputationMode``.  Gate order: poplibs computes in the
 fixed internal order reset, update, candidate; ``cell_order`` only permutes dim 0 of the weights,
 biases and weight gradients at the API boundary (:func:`to_internal_order`,
 :func:`from_internal_order`).
@@ -137,11 +138,6 @@ class GruParams(GrucModel):
                          max_time_steps=self.max_time_steps, layer_sizes=self.layer_sizes,
                          var_time_steps_shape=shape)
 
-    @property
-    def num_intermediates(self) -> int:
-        """Forward intermediates saved per step: r, u, c, (h if not full sequence), (c_rec)."""
-        return 3 + (not self.output_full_sequence) + self.reset_after
-
     def with_lengths(self, lengths: Tensor | None) -> "GruParams":
         """The same layer with another lengths tensor, checked as a new one would be (a copy
         with an update would skip the lengths rules)."""
@@ -149,6 +145,43 @@ class GruParams(GrucModel):
 
 
 _PARTIALS = {"half": "half", "float": "float"}
+
+
+class RecomputationMode(str, Enum):
+    """What a training forward saves for the backward pass, and so what the backward recomputes
+    (named after poplibs' LSTM ``recomputationMode``; poplibs' GRU has no such option).
+
+    * ``none``: every gate output of every step is saved, ``[S, k, B, H]``;
+    * ``full``: no gate is saved; each backward step runs the forward cell again from
+      ``h_{t-1}`` and ``x_t``, with the same builder, vertices and matmul plans, so the
+      recomputed gates are bit-identical to the saved ones.  Only the state sequence the
+      backward needs anyway is kept: the output when it is the full sequence, else ``h`` alone.
+
+    (poplibs' LSTM ``cellAndTanh`` recomputes the cell's tanh only; a GRU has no such separate
+    output to spare.)"""
+
+    NONE = "none"
+    FULL = "full"
+
+
+def parse_recomputation_mode(value: Any) -> RecomputationMode:
+    """A recomputation mode by name (any case); a ValueError naming the allowed ones."""
+    name = str(getattr(value, "value", value)).lower()
+    try:
+        return RecomputationMode(name)
+    except ValueError:
+        allowed = ", ".join(mode.value for mode in RecomputationMode)
+        raise ValueError(f"recomputationMode {value!r} is not one of: {allowed}") from None
+
+
+def saved_intermediates(params: "GruParams", mode: RecomputationMode) -> tuple[str, ...]:
+    """The rows a training forward saves per step, in order, under ``mode``: ``r, u, c,
+    (h if not full sequence), (c_rec)`` without recomputation; with full recomputation only
+    ``h``, and only when the output is not the full sequence (which holds every ``h``)."""
+    keep_state = () if params.output_full_sequence else ("h",)
+    if mode is RecomputationMode.FULL:
+        return keep_state
+    return ("r", "u", "c", *keep_state, *(("c_rec",) if params.reset_after else ()))
 
 
 class GruOptions(OptionFlags):
@@ -168,7 +201,15 @@ class GruOptions(OptionFlags):
                                    description="Time shards (1..max); default: poplibs' heuristic.")
     rnn_code_reuse: bool | None = Field(None, alias="rnnCodeReuse",
                                         description="Build the loop body once and call it.")
+    recomputation_mode: RecomputationMode = Field(
+        RecomputationMode.NONE, alias="recomputationMode",
+        description="Training: none (save every gate) or full (recompute the gates in the "
+                    "backward pass); give the forward and the backward the same.")
 
+    @field_validator("recomputation_mode", mode="before")
+    @classmethod
+    def _recomputation(cls, value: Any) -> RecomputationMode:
+        return parse_recomputation_mode(value)
 
     @field_validator("partials_type", mode="before")
     @classmethod

@@ -129,6 +129,7 @@ class StackForward(NamedTuple):
     output: Tensor         # [S, B, D·H] (a view over the last layer's direction outputs)
     final_state: Tensor    # [L·D, B, H] (a view: each direction's last processed step)
     runs: tuple[tuple[DirectionRun, ...], ...]   # [layer][direction], for the backward pass
+    training: bool = False  # saved what the backward needs (save_intermediates)
 
 
 class StackGradients(NamedTuple):
@@ -233,7 +234,7 @@ class GruStack:
                 finals.append(out[s - 1].expand([0]))
             runs.append(tuple(layer_runs))
             layer_input = outputs[0] if d_count == 1 else concat(outputs, 2)
-        return StackForward(layer_input, concat(finals, 0), tuple(runs))
+        return StackForward(layer_input, concat(finals, 0), tuple(runs), save_intermediates)
 
     # ---- backward --------------------------------------------------------------------------------
     def backward(self, prog: Program, fwd: StackForward, grad_output: Tensor,
@@ -247,8 +248,7 @@ class GruStack:
         """
         p = self.params
         s, b, h, d_count = p.max_time_steps, p.batch_size, p.hidden_size, p.num_directions
-        expect(all(run.intermediates is not None for layer in fwd.runs for run in layer),
-               GrucValueError, "the stack's backward needs a training forward: call forward() "
+        expect(fwd.training, GrucValueError, "the stack's backward needs a training forward: call forward() "
                "with save_intermediates=True")
         expect(grad_output.shape == (s, b, d_count * h), GrucShapeError,
                f"output gradient has shape {list(grad_output.shape)}, the stack's output is "
