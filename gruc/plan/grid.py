@@ -14,6 +14,10 @@ by the kind's model (:class:`~gruc.popnn.gru_layer.GruLayerConfig`,
 * flags whose single value is already a comma list (the GRU layer's ``--cell-order`` and
   ``--variable-time-steps``) separate alternatives with ``/``:
   ``--variable-time-steps 97,67,87/50,50,50``.
+
+A spec's ``ties`` and ``products`` make some flags follow others (:mod:`gruc.plan.derived`):
+every configuration gets them derived, and a combination whose fixed product does not divide is
+skipped (:meth:`SweepSpec.grid` says which).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Callable
 from pydantic import Field, model_validator
 
 from gruc.errors import GrucTypeError, GrucValueError
+from gruc.plan.derived import Derivation, NotAMultiple, check_relations, flag_of, resolve
 from gruc.plan.layers import PLANNED_LAYERS, planned_layer
 from gruc.plan.planned import PlannedLayer, effective_pipeline
 from gruc.plan.rows import cell_text
@@ -47,6 +52,12 @@ class SweepSpec(GrucModel):
                                           "cross product is swept, the first flag outermost.")
     pipeline: str | None = Field(
         None, description="Pass pipeline to compile with (None: the engine's default; '': none).")
+    ties: tuple[tuple[str, str], ...] = Field(
+        (), description="(A, B) pairs: flag B takes flag A's value (see gruc.plan.derived).")
+    products: tuple[tuple[str, str, int], ...] = Field(
+        (), description="(A, B, N): A * B = N, the factor not given derived from the other.")
+    searched: str | None = Field(
+        None, description="The flag a find-max searches: it drives the flags tied to it.")
 
     @model_validator(mode="after")
     def _known_flags(self) -> "SweepSpec":
@@ -65,11 +76,29 @@ class SweepSpec(GrucModel):
         if empty:
             raise ValueError(f"swept flags {empty} have no values")
         effective_pipeline(self.pipeline)  # a pipeline that does not parse is refused here
+        kind = self.kind  # relations wrong whatever a study gives are refused here
+        check_relations(self.ties, self.products, flags=kind.flags,
+                        integer_flags=kind.searchable)
         size = self.size
         if size > MAX_CONFIGURATIONS:
             raise ValueError(f"the grid has {size} configurations, more than "
                              f"{MAX_CONFIGURATIONS}; check the ranges")
         return self
+
+    @property
+    def derivation(self) -> Derivation:
+        """The flags that follow others in this study, resolved: a driver given twice, or none,
+        is refused here (:func:`~gruc.plan.derived.resolve`)."""
+        kind = self.kind
+        defaults = {name: field.default for name, field in kind.model.model_fields.items()}
+        return resolve(self.ties, self.products, flags=kind.flags, integer_flags=kind.searchable,
+                       given=[*self.fixed, *self.swept], searched=self.searched,
+                       defaults=defaults)
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """The flags no configuration gives, derived from others (columns of every row)."""
+        return self.derivation.derived
 
     @property
     def kind(self) -> PlannedLayer:
@@ -87,32 +116,47 @@ class SweepSpec(GrucModel):
         return tuple(self.swept)
 
     def configs(self) -> list[Any]:
-        """Every configuration of the grid, validated; a combination the layer refuses raises
-        :class:`~gruc.errors.GrucValueError` naming it, and so does a flag the layer has no
-        default for that is neither fixed nor swept."""
-        model = self.kind.model
+        """Every configuration of the grid, validated (less those :meth:`grid` skips)."""
+        return self.grid()[0]
+
+    def grid(self) -> tuple[list[Any], list[str]]:
+        """Every configuration of the grid, validated, with its derived flags set; and why each
+        combination a fixed product does not divide was skipped.  A combination the layer
+        refuses raises :class:`~gruc.errors.GrucValueError` naming it, and so does a flag the
+        layer has no default for that is neither fixed nor swept."""
+        model, derivation = self.kind.model, self.derivation
+        given = {*self.fixed, *self.swept, *derivation.derived}
         lacking = [name for name, field in model.model_fields.items()
-                   if field.is_required() and name not in self.fixed and name not in self.swept]
+                   if field.is_required() and name not in given]
         if lacking:
-            flags = ", ".join("--" + name.rstrip("_").replace("_", "-") for name in lacking)
+            flags = ", ".join(map(flag_of, lacking))
             raise GrucValueError(f"{self.layer} plans need {', '.join(lacking)} ({flags}): "
                                  "give each one value, a list or a range")
-        result = []
+        result, skipped = [], []
         for combo in itertools.product(*self.swept.values()):
             values = dict(zip(self.swept, combo))
+            named = ", ".join(f"{k}={cell_text(v)}" for k, v in values.items())
+            where = f"configuration {named}" if named else "the fixed flags"
             try:
-                result.append(model(**self.fixed, **values))
+                flags = derivation.apply({**self.fixed, **values})
+            except NotAMultiple as error:
+                skipped.append(f"{where}: {error}")
+                continue
+            try:
+                result.append(model(**flags))
             except GrucValueError as error:
-                named = ", ".join(f"{k}={cell_text(v)}" for k, v in values.items())
-                where = f"configuration {named}" if named else "the fixed flags"
                 raise type(error)(f"{where}: {error}") from None
-        return result
+        return result, skipped
 
     def with_value(self, name: str, value: Any) -> "SweepSpec":
         """This sweep with flag ``name`` fixed to ``value`` (no longer swept)."""
-        swept = {k: v for k, v in self.swept.items() if k != name}
-        return SweepSpec(layer=self.layer, fixed={**self.fixed, name: value}, swept=swept,
-                         pipeline=self.pipeline)
+        return self.but(fixed={**self.fixed, name: value},
+                        swept={k: v for k, v in self.swept.items() if k != name})
+
+    def but(self, **changes: Any) -> "SweepSpec":
+        """This spec with ``changes`` to its fields, validated again."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return SweepSpec(**{**fields, **changes})
 
 
 def _number_range(text: str, convert: Callable[[str], Any], flag: str) -> tuple:

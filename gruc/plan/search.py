@@ -24,7 +24,13 @@ short for 5 shards, so it steps up to the first length gruc accepts.
 
 Every plan the search makes is a row in the output directory like a sweep's (resumable the same
 way); each point of the grid of the *other* swept flags gets its own search, and the points are
-searched side by side on a sweep's executors (``--jobs``, ``--scheduler``).
+searched side by side on a sweep's executors (``--jobs``, ``--scheduler``): a list of a float or
+categorical knob (``--available-memory-proportion 0.6,0.1``, ``--partials-type half,float``,
+``--code-reuse 0,1``, ``--shards``, ``--ipus``) is such a grid, one search per value.  Flags tied
+to the searched one follow it, and a flag in a fixed product with it is derived from it; the
+search then moves over the divisors of the product only (:mod:`gruc.plan.derived`).  Where a
+search met a value that does not fit between two that do, :attr:`FindMaxResult.non_monotone`
+says so (``fits at 4555 and 4557, not 4556``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any, Callable
 
 from gruc.errors import GrucValueError
 from gruc.plan.executors import make_executor
+from gruc.plan.derived import Derivation, flag_of
 from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layers import config_key, plan_row, planned_layer
 from gruc.plan.rows import RowStore
@@ -68,6 +75,26 @@ class FindMaxResult:
     probes: list[dict[str, Any]]
     """Every row the search looked at (planned now or found in the output directory), by value;
     values gruc refused as configurations are left out."""
+    domain: tuple[int, ...] | None = None
+    """The values the search could take (the divisors of a fixed product), None: every
+    integer."""
+
+    @property
+    def non_monotone(self) -> list[str]:
+        """The probed values that did not fit between two that did, each as ``fits at a and c,
+        not b`` (several in a row: ``not b1, b2``): where fitting is not monotone in the flag,
+        so a value past the answer might fit again (values gruc refused are not counted)."""
+        planned = [(row[self.flag], _fits(row)) for row in self.probes if not _refused(row)]
+        notes, gap, below = [], [], None
+        for value, fits in planned:
+            if fits:
+                if gap and below is not None:
+                    notes.append(f"fits at {below} and {value}, not "
+                                 + ", ".join(map(str, gap)))
+                gap, below = [], value
+            elif below is not None:
+                gap.append(value)
+        return notes
 
     def describe(self) -> str:
         """The result in one line: the largest value that fits and its busiest tile, then why the
@@ -212,6 +239,9 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     if flag in spec.swept:
         raise GrucValueError(f"{flag!r} is both searched and swept; give it one start value or "
                              "none")
+    if spec.searched not in (None, flag):
+        raise GrucValueError(f"the spec searches {spec.searched!r}, not {flag!r}")
+    spec = spec.but(searched=flag)
     start = spec.fixed.get(flag)
     start = 1 if start is None else start
     try:  # a start value no layer may have is a bad input, not a search that finds nothing
@@ -221,14 +251,22 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < start:
         raise GrucValueError(f"find-max limit {limit!r} must be an integer >= the start value "
                              f"{start}")
+    derivation = spec.derivation
+    domain = derivation.domain(flag, start, limit)
+    if domain is not None:
+        if not domain:
+            raise GrucValueError(f"find-max {flag_of(flag)}: no divisor of its fixed product "
+                                 f"lies between the start {start} and the limit {limit}")
+        start = domain[0]
     points = _points(spec, flag, start)
     search = functools.partial(search_task, flag=flag, start=start, limit=limit,
-                               swept=(*spec.parameters, flag), pipeline=spec.pipeline,
-                               layer=spec.layer)
+                               swept=(*spec.parameters, flag, *spec.derived),
+                               pipeline=spec.pipeline, layer=spec.layer, derivation=derivation)
+    varying = (flag, *spec.derived)
     with open_study(out, spec) as store:  # closing writes the files: in step even when interrupted
-        known = _known_rows(store, flag)
+        known = _known_rows(store, varying)
         items = [{"config": config.model_dump(),
-                  "known": known.get(_without(config_key(config, spec.pipeline), flag), {})}
+                  "known": known.get(_without(config_key(config, spec.pipeline), varying), {})}
                  for config in points]
         if len(points) == 1:
             searched = [_search_here(search, items[0], flag, store, progress)]
@@ -239,7 +277,7 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
             point = {name: getattr(config, name) for name in spec.parameters}
             probes = [seen[v] for v in sorted(seen) if "config" in seen[v]]
             results.append(FindMaxResult(flag, point, good, None if good is None else seen[good],
-                                         None if bad is None else seen[bad], probes))
+                                         None if bad is None else seen[bad], probes, domain))
         # the files list each point's plans by value, the points in grid order
         store.arrange([row["config"] for result in results for row in result.probes])
     return results
@@ -253,12 +291,10 @@ def _points(spec: SweepSpec, flag: str, start: int) -> list[Any]:
     read."""
     others = {k: v for k, v in spec.fixed.items() if k != flag}
     try:
-        return SweepSpec(layer=spec.layer, fixed={**others, flag: start}, swept=spec.swept,
-                         pipeline=spec.pipeline).configs()
+        return spec.but(fixed={**others, flag: start}).configs()
     except GrucValueError as at_start:
         try:
-            return SweepSpec(layer=spec.layer, fixed=others, swept=spec.swept,
-                             pipeline=spec.pipeline).configs()
+            return spec.but(fixed=others).configs()
         except GrucValueError:
             raise at_start from None
 
@@ -269,21 +305,29 @@ Searched = tuple[int | None, int | None, dict[int, dict[str, Any]]]
 
 def search_task(item: dict[str, Any], *, flag: str, start: int, limit: int,
                 swept: tuple[str, ...], pipeline: str | None, layer: str = "gru",
+                derivation: Derivation = Derivation(),
                 planned: Callable[[dict[str, Any]], None] | None = None) -> Searched:
     """One grid point's search (top level, so worker processes can unpickle it): ``item`` holds
     the point's configuration (of the kind ``layer``) and the rows already stored for it
-    (``known``, by key); each row planned now is passed to ``planned``, if given."""
+    (``known``, by key); ``derivation`` sets the flags that follow ``flag``, and where ``flag``
+    drives a fixed product the search moves over its divisors only.  Each row planned now is
+    passed to ``planned``, if given."""
     config, known = planned_layer(layer).model(**item["config"]), item["known"]
     seen: dict[int, dict[str, Any]] = {}
 
     def evaluate(value: int) -> dict[str, Any]:
         if value not in seen:
-            seen[value] = _row_of(config, flag, value, swept, pipeline, known)
+            seen[value] = _row_of(config, flag, value, swept, pipeline, known, derivation)
             if planned is not None and seen[value].get("config") not in known:
                 planned(seen[value])
         return seen[value]
 
-    return (*_bracket(evaluate, start, limit), seen)
+    domain = derivation.domain(flag, start, limit)
+    if domain is None:
+        return (*_bracket(evaluate, start, limit), seen)
+    good, bad = _bracket(lambda position: evaluate(domain[position - 1]), 1, len(domain))
+    return (None if good is None else domain[good - 1], None if bad is None else domain[bad - 1],
+            seen)
 
 
 def _search_here(search: Callable[..., Searched], item: dict[str, Any], flag: str,
@@ -326,27 +370,32 @@ def _search_on(executor: Any, search: Callable[..., Searched], items: list[dict[
     return found
 
 
-def _without(key: str, flag: str) -> str:
-    """A row key with ``flag`` left out: what the rows of one search point share."""
+def _without(key: str, names: tuple[str, ...]) -> str:
+    """A row key with the flags ``names`` left out: what the rows of one search point share
+    (the searched flag and those derived from it vary along the search)."""
     flags = json.loads(key)
-    flags.pop(flag, None)
+    for name in names:
+        flags.pop(name, None)
     return json.dumps(flags, sort_keys=True)
 
 
-def _known_rows(store: RowStore, flag: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """The stored rows by search point (their key without ``flag``), then by key: what a search
-    of that point need not plan again."""
+def _known_rows(store: RowStore, names: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The stored rows by search point (their key without ``names``), then by key: what a
+    search of that point need not plan again."""
     known: dict[str, dict[str, dict[str, Any]]] = {}
     for row in store.rows:
-        known.setdefault(_without(row["config"], flag), {})[row["config"]] = row
+        known.setdefault(_without(row["config"], names), {})[row["config"]] = row
     return known
 
 
 def _row_of(base: Any, flag: str, value: int, swept: tuple[str, ...],
-            pipeline: str | None, known: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The row of ``base`` with ``flag = value``: a known one, else planned now."""
+            pipeline: str | None, known: dict[str, dict[str, Any]],
+            derivation: Derivation = Derivation()) -> dict[str, Any]:
+    """The row of ``base`` with ``flag = value`` (and the flags derived from it): a known one,
+    else planned now."""
     try:
-        config = type(base)(**{**base.model_dump(), flag: value})
+        flags = derivation.apply({**base.model_dump(), flag: value})
+        config = type(base)(**flags)
     except GrucValueError as error:
         return {flag: value, "fits": None, "error": f"{type(error).__name__}: {error}"}
     key = config_key(config, pipeline)

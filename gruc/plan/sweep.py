@@ -85,6 +85,8 @@ class SweepResult:
     skipped: int
     seconds: float
     store: RowStore
+    skipped_configs: tuple[str, ...] = ()
+    """Why each combination a fixed product does not divide has no row."""
 
     @property
     def errors(self) -> list[dict[str, Any]]:
@@ -105,10 +107,11 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
     """
     check_spec(spec, "run_sweep")
     start = time.perf_counter()
-    configs = spec.configs()
+    configs, not_multiples = spec.grid()
+    parameters = (*spec.parameters, *spec.derived)
     keys = [config_key(c, spec.pipeline) for c in configs]
     with open_study(out, spec) as store:  # closing writes the files: in step even when interrupted
-        store.declare_parameters(spec.parameters)  # rows other grids left get these columns
+        store.declare_parameters(parameters)  # rows other grids left get these columns
         first = {key: k for k, key in reversed(list(enumerate(keys)))}  # a repeat runs once
         todo = [k for key, k in sorted(first.items(), key=lambda item: item[1])
                 if key not in store]
@@ -117,7 +120,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
         executor = make_executor() if own else executor
         bar = Progress(len(first), enabled=progress)
         bar.update(skipped, "(resumed)" if skipped else "")
-        task = functools.partial(plan_task, swept=spec.parameters, pipeline=spec.pipeline,
+        task = functools.partial(plan_task, swept=parameters, pipeline=spec.pipeline,
                                  layer=spec.layer)
         try:
             items = [configs[k].model_dump() for k in todo]
@@ -130,4 +133,4 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
                 executor.close()
         store.arrange(keys)
     return SweepResult([store.get(key) for key in keys], len(todo), skipped,
-                       time.perf_counter() - start, store)
+                       time.perf_counter() - start, store, tuple(not_multiples))
