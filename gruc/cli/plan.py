@@ -15,7 +15,23 @@ check (backend, seed, tolerances; ignore-data for fc and gemm) are not plan flag
 product is planned, one row per configuration in ``OUT/rows.csv`` and ``OUT/rows.json``, written
 as rows finish; running the same command again skips the rows already there; rows of several
 layers may share one OUT.  ``--find-max FLAG`` searches the largest value of FLAG that still fits
-instead.
+instead, once per point of the grid of the flags swept (``--available-memory-proportion 0.6,0.1``
+makes two searches), and ends with a table of the answers: one line per point with its cycles,
+max tile memory and any value that did not fit between two that did.
+
+Relations between flags (``gruc.plan.derived``): ``--tie A=B`` makes flag B take flag A's value
+in every configuration (``--tie input-size=output-size``: I = H; the flag ``--find-max``
+searches drives the others, either side of the tie); ``--fixed-product A*B=N`` derives the
+factor not given from the one given, swept or searched (``--fixed-product
+batch-size*sequence-size=1600 --find-max batch-size`` searches the divisors of 1600; values that
+do not divide are skipped, and a sweep says which).
+
+``--pareto`` prints the rows no other beats on every axis (default: the size planned — the
+searched flag, else ``flops`` — up, ``cycles_total`` down; ``--pareto-axes`` chooses others)
+among those that fit, and writes them to ``OUT/pareto.csv``.  Rows carry each plan's host CPU
+seconds and peak resident memory, and its use of the IPU: FLOPs per cycle against the target's
+AMP peak (``utilisation``) and the exchange and sync shares of the cycles, by phase (fwd, bwd,
+wu) for GRU layers.
 """
 
 from __future__ import annotations
@@ -36,7 +52,10 @@ from gruc.cli.products import (COMMON_FLAGS, MATMUL_FLAGS, MATMUL_OPTION_NAMES,
 from gruc.errors import GrucValueError
 from gruc.plan import (PLANNED_LAYERS, SweepSpec, find_max, make_executor, parse_values,
                        planned_layer, plot_metrics, plot_tile_heatmap, run_sweep)
+from gruc.plan.derived import parse_product, parse_tie
+from gruc.plan.pareto import default_axes, parse_axes, pareto_front, write_front
 from gruc.plan.planned import PlannedLayer
+from gruc.plan.plots import plot_pareto
 from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT
 from gruc.runtime.viz import require_matplotlib
@@ -105,6 +124,20 @@ def _add_study_flags(parser: argparse.ArgumentParser, kind: PlannedLayer) -> Non
                              f"{', '.join(flags[f].lstrip('-') for f in kind.searchable)})")
     parser.add_argument("--find-max-limit", type=int, default=None, metavar="N",
                         help=f"largest value the search tries (default: {DEFAULT_LIMIT})")
+    parser.add_argument("--tie", action="append", default=[], metavar="A=B",
+                        help="flag B takes flag A's value (e.g. input-size=output-size); "
+                             "repeatable; the flag --find-max searches drives its tied flags")
+    parser.add_argument("--fixed-product", action="append", default=[], metavar="A*B=N",
+                        help="A * B = N (e.g. batch-size*sequence-size=1600): give, sweep or "
+                             "search one factor and the other is derived; values that do not "
+                             "divide N are skipped")
+    parser.add_argument("--pareto", action="store_true",
+                        help="print the front of the rows that fit and no other beats on every "
+                             "axis, and write it to DIR/pareto.csv")
+    parser.add_argument("--pareto-axes", metavar="COL:DIR,...",
+                        help="the front's axes, each a number column or flag and max or min "
+                             "(default: the searched flag, else flops, :max and "
+                             "cycles_total:min)")
     parser.add_argument("--plots", action="store_true",
                         help="write PNG plots to DIR/plots (metrics per swept flag, tile "
                              "heatmap)")
@@ -131,7 +164,10 @@ def spec_from(args: argparse.Namespace) -> SweepSpec:
         else:
             swept[field] = values
     fixed.update(_matmul_options(args, {**fixed, **swept}))
-    return SweepSpec(layer=kind.name, fixed=fixed, swept=swept, pipeline=args.pipeline)
+    return SweepSpec(layer=kind.name, fixed=fixed, swept=swept, pipeline=args.pipeline,
+                     ties=tuple(map(parse_tie, args.tie)),
+                     products=tuple(map(parse_product, args.fixed_product)),
+                     searched=_field_of(args.find_max, kind) if args.find_max else None)
 
 
 def _matmul_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
@@ -162,16 +198,58 @@ def _field_of(text: str, kind: PlannedLayer) -> str:
     return field
 
 
-def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> None:
-    """The rows' parameters and main figures, shards only where a layer has them."""
-    sharded = any(row.get("shards_chosen") is not None for row in rows)
-    columns = [*parameters, *(["shards_chosen"] if sharded else []), "fits", "max_tile_bytes",
-               "cycles_total", "error"]
-    cells = [[cell_text(row.get(c)) for c in columns] for row in rows]
+def _print_columns(columns: list[str], cells: list[list[str]]) -> None:
+    """A plain text table: a header of ``columns``, then ``cells`` line by line."""
     widths = [max([len(c)] + [len(line[k]) for line in cells]) for k, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
     for line in cells:
         print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+
+
+def _print_table(rows: list[dict[str, Any]], parameters: tuple[str, ...]) -> None:
+    """The rows' parameters and main figures, shards only where a layer has them."""
+    sharded = any(row.get("shards_chosen") is not None for row in rows)
+    columns = [*parameters, *(["shards_chosen"] if sharded else []), "fits", "max_tile_bytes",
+               "cycles_total", "utilisation", "error"]
+    _print_columns(columns, [[cell_text(row.get(c)) for c in columns] for row in rows])
+
+
+def _print_summary(results: list, spec: SweepSpec, flag: str) -> None:
+    """``--find-max``'s answers, one line per point of the other flags' grid: the answer (and
+    the flags derived from it), that plan's cycles, max tile memory and utilisation, and the
+    values met that did not fit between two that did."""
+    columns = [*spec.parameters, flag, *spec.derived, "cycles_total", "max_tile_bytes",
+               "utilisation", "not monotone"]
+    cells = []
+    for result in results:
+        row = result.fitting or {}
+        values = {**result.point, **{name: row.get(name) for name in (flag, *spec.derived)}}
+        values.update({name: row.get(name) for name in columns[-4:-1]})
+        values[flag] = "none fits" if result.value is None else result.value
+        if result.value is not None and result.failing is None:
+            values[flag] = f"{result.value} (limit)"
+        cells.append([cell_text(values.get(c)) for c in columns[:-1]]
+                     + ["; ".join(result.non_monotone) or "-"])
+    print("find-max summary")
+    _print_columns(columns, cells)
+
+
+def _pareto(args: argparse.Namespace, rows: list[dict[str, Any]], spec: SweepSpec,
+            out: Path) -> None:
+    """``--pareto``: the front of ``rows`` printed and in ``OUT/pareto.csv``, and its plot with
+    ``--plots``."""
+    axes = (parse_axes(args.pareto_axes, spec.kind.flags) if args.pareto_axes
+            else default_axes(spec.searched))
+    front = pareto_front(rows, axes)
+    print(f"pareto front      {len(front)} of {len(rows)} rows ("
+          + ", ".join(f"{name} {direction}" for name, direction in axes) + "; rows that fit)")
+    columns = [name for name, _ in axes]
+    columns += [c for c in (*spec.parameters, *((spec.searched,) if spec.searched else ()),
+                            *spec.derived) if c not in columns]
+    _print_columns(columns, [[cell_text(row.get(c)) for c in columns] for row in front])
+    print(f"pareto            {write_front(front, axes, out)}")
+    if args.plots and front:
+        print(f"plot              {plot_pareto(rows, front, axes, out / 'plots' / 'pareto.png')}")
 
 
 def _heatmap(row: dict[str, Any], out: Path) -> None:
@@ -214,9 +292,15 @@ def _find_max(args: argparse.Namespace, spec: SweepSpec, flag: str, out: Path,
                        progress=args.progress)
     for result in results:
         print(result.describe())
+        if result.domain is not None:
+            print(f"  searched over the {len(result.domain)} divisors of its fixed product from "
+                  f"{result.domain[0]} to {result.domain[-1]}; other values do not divide it")
+    _print_summary(results, spec, flag)
     print(f"rows              {out / 'rows.csv'}, {out / 'rows.json'}")
+    probed = [row for result in results for row in result.probes]
+    if args.pareto:
+        _pareto(args, probed, spec, out)
     if args.plots:
-        probed = [row for result in results for row in result.probes]
         first_overflow = next((r for r in probed if not r["fits"] and not r.get("error")), None)
         _plots(probed, (*spec.parameters, flag), out, spec.kind, args.heatmap, first_overflow)
     return 0
@@ -243,10 +327,13 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
 
 
 def _check_search_flags(args: argparse.Namespace) -> None:
-    """A search's own flag without the search would be silently ignored: refuse it."""
+    """A search's or a front's own flag without it would be silently ignored: refuse it."""
     if args.find_max_limit is not None and not args.find_max:
         raise GrucValueError(f"--find-max-limit {args.find_max_limit} bounds the search that "
                              "--find-max FLAG makes; add --find-max")
+    if args.pareto_axes is not None and not args.pareto:
+        raise GrucValueError(f"--pareto-axes {args.pareto_axes} chooses the axes of the front "
+                             "--pareto prints; add --pareto")
 
 
 def _check_heatmap(args: argparse.Namespace, spec: SweepSpec) -> None:
@@ -271,7 +358,9 @@ def _study(args: argparse.Namespace) -> int:
     sweeps."""
     spec = spec_from(args)
     _check_search_flags(args)
-    flag = _field_of(args.find_max, spec.kind) if args.find_max else None
+    flag = spec.searched
+    if args.pareto_axes:
+        parse_axes(args.pareto_axes, spec.kind.flags)  # refused before anything is planned
     _check_heatmap(args, spec)
     if args.plots:
         require_matplotlib("--plots")
@@ -283,8 +372,9 @@ def _study(args: argparse.Namespace) -> int:
         result = run_sweep(spec, out, executor=executor, progress=args.progress)
     finally:
         executor.close()
+    parameters = (*spec.parameters, *spec.derived)
     if len(result.rows) <= TABLE_ROWS:
-        _print_table(result.rows, spec.parameters)
+        _print_table(result.rows, parameters)
     else:
         print(f"table             not printed for {len(result.rows)} rows (more than "
               f"{TABLE_ROWS}): see {result.store.csv_path}")
@@ -296,7 +386,11 @@ def _study(args: argparse.Namespace) -> int:
     if result.computed:
         print(f"time              {result.seconds:.2f} s, {result.configs_per_minute:.1f} "
               "configurations per minute")
+    for why in result.skipped_configs:
+        print(f"skipped           {why}")
     print(f"rows              {result.store.csv_path}, {result.store.json_path}")
+    if args.pareto:
+        _pareto(args, result.rows, spec, out)
     if args.plots:
         _plots(result.rows, spec.parameters, out, spec.kind, args.heatmap)
     return 0

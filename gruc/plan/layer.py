@@ -27,15 +27,18 @@ import numpy as np
 
 from gruc.errors import GrucProgramError
 from gruc.ir.module import Module
+from gruc.ir.program import Copy, Execute, If, RepeatWhileTrue, WriteUndef
 from gruc.rnn_geometry import shard_time_bounds
 from gruc.passes.steps import Step
 from gruc.passes.pipeline import parse_pipeline
 from gruc.passes.shard import Shard, shard_count
+from gruc.plan.figures import phase_cycles
 from gruc.plan.planned import effective_pipeline
 from gruc.plan.static import StaticProgram, plan_report
+from gruc.popnn import gru
 from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
-from gruc.runtime.report import Report
+from gruc.runtime.report import Cycles, Report
 from gruc.text import plural
 
 PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
@@ -43,6 +46,16 @@ PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
 
 TUPLE_FIELDS = ("cell_order", "variable_time_steps")
 """Layer flags whose one value is a comma list; a sweep separates their alternatives by ``/``."""
+
+LAYER_PHASES = {"fwd": ("fwd",), "bwd": ("fwd", "bwd"), "wu": ("fwd", "bwd", "wu"),
+                "all": ("fwd", "bwd", "wu")}
+"""The phases of a layer of each ``--phase``: ``wu`` and ``all`` build the same layer."""
+
+CALL_PHASES = {"gru": "fwd", "augru": "fwd", "gru_bwd": "bwd", "augru_bwd": "bwd",
+               "gru_bwd_wu": "bwd", "augru_bwd_wu": "bwd", "gru_wu": "wu", "augru_wu": "wu"}
+"""The phase of each poplibs call by the name it gives what it builds (its default name, the
+one :func:`~gruc.popnn.gru_layer.build_layer` leaves); a ``.../wu/`` part of a backward call's
+names is its weight update (``gru_bwd_wu/wu/...``, inside the backward loop or after it)."""
 
 SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",
               "tiles_per_ipu", "ipus")
@@ -88,6 +101,32 @@ def layer_step_counts(config: GruLayerConfig, layer: GruLayer, module: Module,
     return static.step_counts((0,), trips=trips)
 
 
+def _written_name(step: Step) -> str | None:
+    """The name of what a step writes or tests: its compute set, or its destination's first
+    variable (None for a step without one, such as a sync)."""
+    node = step.node
+    if isinstance(node, Execute):
+        return node.compute_set.name
+    tensor = (node.dst if isinstance(node, Copy) else node.tensor if isinstance(node, WriteUndef)
+              else node.predicate if isinstance(node, (If, RepeatWhileTrue)) else None)
+    variables = [] if tensor is None else tensor.variables()
+    return variables[0].name if variables else None
+
+
+def step_phase(step: Step) -> str | None:
+    """The phase (fwd, bwd, wu) of a step of a GRU layer's program, by the poplibs call that
+    named what it writes (:data:`CALL_PHASES`); None for a step writing nothing named, or
+    something no call made (a host tensor)."""
+    name = _written_name(step)
+    if name is None:
+        return None
+    parts = name.split("/")
+    phase = CALL_PHASES.get(parts[0])
+    if phase == "bwd" and "wu" in parts[1:]:
+        return "wu"
+    return phase
+
+
 @dataclass
 class LayerPlan:
     """A plan-only layer: what was built and the report a run would produce."""
@@ -107,6 +146,17 @@ class LayerPlan:
     def flops(self) -> int:
         """Floating-point operations of one run of the layer."""
         return self.layer.flops()
+
+    def phases(self) -> dict[str, tuple[Cycles, int]]:
+        """Cycles (:func:`~gruc.plan.figures.phase_cycles` by :func:`step_phase`) and poplibs'
+        FLOPs of each phase the layer runs."""
+        cycles = phase_cycles(self.report, step_phase)
+        params = self.layer.params
+        flops = {"fwd": gru.get_basic_gru_cell_fwd_flops(params),
+                 "bwd": gru.get_basic_gru_cell_bwd_flops(params),
+                 "wu": gru.get_basic_gru_cell_wu_flops(params)}
+        return {phase: (cycles.get(phase, Cycles(0, 0, 0)), flops[phase])
+                for phase in LAYER_PHASES[self.config.phase]}
 
     def describe(self) -> str:
         """The configuration in one line, for figures: ``GRU S=20 B=8 I=64 H=64 float, 1 shard``."""

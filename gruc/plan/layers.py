@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from gruc.errors import GrucValueError
 from gruc.plan import layer as gru_plan
+from gruc.plan.figures import FIGURE_COLUMNS, USAGE_COLUMNS
 from gruc.plan.planned import (ROW_COLUMNS, PlannedLayer, canonical, effective_pipeline,
                                number_problem)
 from gruc.plan.rows import short_text
@@ -60,6 +61,11 @@ class ProductPlan:
     @property
     def flops(self) -> int:
         return self.layer.flops()
+
+    def phases(self) -> dict:
+        """None: a product tool's programs are not split into phases here (whole-tool figures
+        only)."""
+        return {}
 
     def describe(self) -> str:
         """The configuration in one line, for figures: ``fc B=16 I=1324 O=100 G=1 half all``."""
@@ -144,16 +150,25 @@ def row_layer(row: dict[str, Any]) -> str:
     return json.loads(row["config"])["layer"]
 
 
+NEW_COLUMNS = (*FIGURE_COLUMNS, *USAGE_COLUMNS)
+"""Columns a gruc before utilisation and host costs did not write: empty in its rows."""
+
+
 def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row``, read back, with this gruc's key if a gruc before fc and gemm plans wrote it
-    (its key, naming no kind, is a GRU layer's); any other row as it is."""
+    (its key, naming no kind, is a GRU layer's), and the columns of :data:`NEW_COLUMNS` empty
+    if a gruc before them wrote it; any other row as it is."""
     try:
         flags = json.loads(row["config"])
     except (ValueError, RecursionError):
         return row
-    if not isinstance(flags, dict) or "layer" in flags:
+    if not isinstance(flags, dict):
         return row
-    return {**row, "config": canonical({**flags, "layer": "gru"})}
+    if "layer" not in flags:
+        row = {**row, "config": canonical({**flags, "layer": "gru"})}
+    if "error" in row and any(column not in row for column in NEW_COLUMNS):
+        row = {**row, **{column: None for column in NEW_COLUMNS if column not in row}}
+    return row
 
 
 def row_problem(row: dict[str, Any]) -> str | None:

@@ -26,9 +26,11 @@ import gruc
 from gruc.errors import GrucError
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import format_pipeline, parse_pipeline
+from gruc.plan.figures import (FIGURE_COLUMNS, USAGE_COLUMNS, Usage, amp_peak_flops_per_cycle,
+                               figure_values, measured)
 from gruc.plan.rows import HOST_MEMORY_ERROR, short_text
 from gruc.runtime.footprint import ALWAYS_LIVE_CATEGORIES
-from gruc.runtime.report import Report
+from gruc.runtime.report import Cycles, Report
 from gruc.target import Target
 from gruc.validated import GrucModel
 
@@ -41,8 +43,8 @@ ROW_COLUMNS = (
     "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
     "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
     "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, "exchange_bytes",
-    "cycles_compute", "cycles_exchange", "cycles_sync", "cycles_total", "flops", "build_seconds",
-    "compile_seconds", "gruc_version", "error",
+    "cycles_compute", "cycles_exchange", "cycles_sync", "cycles_total", "flops", *FIGURE_COLUMNS,
+    "build_seconds", "compile_seconds", *USAGE_COLUMNS, "gruc_version", "error",
 )
 """Columns of a sweep row after the swept parameters, for every kind of layer; ``config`` (the
 canonical JSON of the layer's flags, the pipeline and the layer's kind) is the row's key.  Totals
@@ -50,13 +52,16 @@ are over all tiles; ``bytes_per_tile`` and ``total_capacity`` are the target's m
 all tiles), not what the layer uses; ``total_memory`` is Poplar's (always-live plus each tile's
 not-always-live peak), split by category in the ``memory_*`` columns; ``shards_chosen`` is the
 GRU layer's shards per time loop, None (an empty cell) for a layer with no time loop to shard
-(fc, gemm); ``*_seconds`` are host times."""
+(fc, gemm); ``*_seconds`` are host times.  The IPU's use (utilisation against the AMP peak,
+exchange and sync shares, by phase for a GRU layer) and the host's cost of the plan (CPU
+seconds, peak resident bytes) are :mod:`gruc.plan.figures`'."""
 
 NUMBER_COLUMNS = tuple(c for c in ROW_COLUMNS if c not in (
-    "config", "pipeline", "target", "first_overflow_tensors", "gruc_version", "error"))
+    "config", "pipeline", "target", "first_overflow_tensors", "peak_rss_scope", "gruc_version",
+    "error"))
 """Columns that hold a number (or a yes / no), or None where the configuration was refused."""
 
-TIMING_COLUMNS = ("build_seconds", "compile_seconds")
+TIMING_COLUMNS = ("build_seconds", "compile_seconds", "cpu_seconds", "peak_rss_bytes")
 """Columns that vary from one computation of a row to the next."""
 
 KEY_NAMES = ("layer", "pipeline")
@@ -88,6 +93,9 @@ class Planned(Protocol):
 
     @property
     def flops(self) -> int: ...
+
+    def phases(self) -> dict[str, tuple[Cycles, int]]:
+        """Cycles and FLOPs of each phase the layer has (empty: whole-layer figures only)."""
 
 
 @dataclass(frozen=True)
@@ -126,10 +134,12 @@ class PlannedLayer:
         return canonical(flags)
 
     def row(self, config: Any, swept: Sequence[str], pipeline: str | None,
-            plan: Planned | None = None, error: str | None = None) -> dict[str, Any]:
+            plan: Planned | None = None, error: str | None = None,
+            usage: Usage | None = None) -> dict[str, Any]:
         """A row in :data:`ROW_COLUMNS` order after the ``swept`` parameters: the key and target
-        columns from ``config``, the figures from ``plan`` — or, for a configuration gruc
-        refused, None but for ``error``, so a refused row has every column a planned one has."""
+        columns from ``config``, the figures from ``plan`` and the host's cost from ``usage`` —
+        or, for a configuration gruc refused, None but for ``error`` (and the cost of finding
+        that out), so a refused row has every column a planned one has."""
         target: Target = config.target() if plan is None else plan.report.target
         row = parameter_values(config, swept)
         row.update({"config": self.key(config, pipeline), "pipeline": effective_pipeline(pipeline),
@@ -137,6 +147,9 @@ class PlannedLayer:
                     "bytes_per_tile": target.bytes_per_tile,
                     "total_capacity": target.total_memory})
         values = {} if plan is None else plan_values(plan)
+        if usage is not None:
+            values.update(cpu_seconds=round(usage.cpu_seconds, 4),
+                          peak_rss_bytes=usage.peak_rss_bytes, peak_rss_scope=usage.peak_rss_scope)
         for column in ROW_COLUMNS[6:]:
             row[column] = values.get(column)
         row["gruc_version"] = gruc.__version__
@@ -150,14 +163,17 @@ class PlannedLayer:
         ``error`` says why, so a sweep records it once and moves on; so does one too big for the
         host's memory (a ``MemoryError``, which a resumed sweep plans again)."""
         try:
-            return self.row(config, swept, pipeline, self.plan(config, pipeline))
+            with measured() as usage:
+                plan = self.plan(config, pipeline)
+            return self.row(config, swept, pipeline, plan, usage=usage)
         except GrucError as error:
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
-            return self.row(config, swept, pipeline, error=f"{type(error).__name__}: {message}")
+            return self.row(config, swept, pipeline, error=f"{type(error).__name__}: {message}",
+                            usage=usage)
         except MemoryError as error:  # this host's limit: a resumed sweep plans it again
             return self.row(config, swept, pipeline,
                             error=f"{HOST_MEMORY_ERROR}: the host ran out of memory planning it "
-                                  f"({str(error) or 'an allocation failed'})")
+                                  f"({str(error) or 'an allocation failed'})", usage=usage)
 
     def flags_problem(self, flags: dict[str, Any]) -> str | None:
         """Why the flags of a row's key are not a configuration of this kind (None: they are)."""
@@ -200,6 +216,9 @@ def plan_values(plan: Planned) -> dict[str, Any]:
         "cycles_compute": cycles.compute, "cycles_exchange": cycles.exchange,
         "cycles_sync": cycles.sync, "cycles_total": cycles.total,
         "flops": plan.flops,
+        **figure_values(report, plan.flops,
+                        amp_peak_flops_per_cycle(report.target, plan.config.data_type,
+                                                 plan.config.partials_type), plan.phases()),
         "build_seconds": round(plan.build_seconds, 4),
         "compile_seconds": round(plan.compile_seconds, 4),
     }

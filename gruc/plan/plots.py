@@ -3,7 +3,13 @@
 * :func:`plot_metrics`: for each swept flag, one figure of every metric against it — max tile
   memory with a line at the bytes per tile, total memory (always-live plus not-always-live peak)
   with a line at the system's memory, exchange bytes, and cycles by kind — one line per
-  combination of the other swept flags (Graphcore's ``plot_metric_variation`` layout).
+  combination of the other swept flags (Graphcore's ``plot_metric_variation`` layout).  A
+  categorical flag (a type, a switch, a gate order) is drawn as grouped bars, one group per value
+  and one bar per combination, since a line between categories would claim values between them;
+  series that coincide in a panel (one would hide the other) are drawn dashed with open markers
+  and named in the panel ("same values: ...").
+* :func:`plot_pareto`: a study's rows that fit on two axes of its Pareto front
+  (:mod:`gruc.plan.pareto`), the front drawn over them.
 * :func:`plot_tile_heatmap`: one configuration's memory per tile on the grid of tiles of the
   report page's tile map (:func:`gruc.runtime.viz.tile_grid`, one block of rows per IPU), coloured
   on a scale fitted to the data, with the tiles over capacity marked.
@@ -56,6 +62,9 @@ def _figure(width: float, height: float):
     FigureCanvasAgg(figure)
     return figure
 
+
+SAME_NAMED = 2
+"""Coinciding series a panel names; it counts the others."""
 
 MAX_LEGEND_ENTRIES = 40
 """More lines than this get no legend: it would take more room than the panels."""
@@ -125,15 +134,32 @@ def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: S
     axes = figure.subplots(3, 2).ravel()
     colours = _colours(len(series))
     for ax, (metric, label, capacity, capacity_name) in zip(axes, PANELS):
-        drawn = []
-        for (name, members), colour in zip(series.items(), colours):
+        drawn, shapes, same = [], {}, []
+        for k, ((name, members), colour) in enumerate(zip(series.items(), colours)):
             members = sorted(members, key=lambda r: r[parameter] if numeric
                              else values.index(_label(r[parameter])))
             xs = ([r[parameter] for r in members] if numeric
                   else [values.index(_label(r[parameter])) for r in members])
             ys = [_metric(r, metric) for r in members]
             drawn += ys
-            ax.plot(xs, ys, marker="o", label=name, color=colour)
+            shape = (tuple(xs), tuple(ys))
+            hidden = shape in shapes  # drawn exactly over an earlier series
+            if hidden:
+                same.append(f"{name} = {shapes[shape]}")
+            else:
+                shapes[shape] = name
+            if numeric:
+                ax.plot(xs, ys, marker="o", label=name, color=colour,
+                        **({"linestyle": "--", "markerfacecolor": "none", "markersize": 10}
+                           if hidden else {}))
+            else:  # grouped bars: the series side by side within each category
+                width = 0.8 / len(series)
+                ax.bar([x - 0.4 + width * (k + 0.5) for x in xs], ys, width, label=name,
+                       color=colour, **({"hatch": "//", "edgecolor": "black"} if hidden else {}))
+        if same:
+            more = f"; {len(same) - SAME_NAMED} more" if len(same) > SAME_NAMED else ""
+            ax.text(0.01, 0.02, "same values (dashed): " + "; ".join(same[:SAME_NAMED]) + more,
+                    transform=ax.transAxes, fontsize="x-small", va="bottom")
         log_y = spans_decades(drawn)
         if capacity is not None:
             limit = rows[0][capacity]
@@ -175,6 +201,42 @@ def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
     directory.mkdir(parents=True, exist_ok=True)
     return [_save(metrics_figure(rows, parameter, parameters, title),
                   directory / f"metrics-{parameter}.png") for parameter in parameters]
+
+
+def pareto_figure(rows: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]],
+                  axes: Sequence[tuple[str, str]]):
+    """The rows that fit on the front's first two axes (grey), the front over them (red, in
+    order of the first axis), and which way each axis is better."""
+    from gruc.plan.pareto import candidates
+
+    (x_name, x_way), (y_name, y_way) = axes[0], axes[1]
+    pool = candidates(rows, axes)
+    figure = _figure(8, 6)
+    ax = figure.subplots()
+    ax.scatter([r[x_name] for r in pool], [r[y_name] for r in pool], color="0.6",
+               label=f"{plural(len(pool), 'plan')} that fit")
+    front = sorted(front, key=lambda r: r[x_name])
+    ax.plot([r[x_name] for r in front], [r[y_name] for r in front], color="red", marker="o",
+            label=f"Pareto front ({plural(len(front), 'plan')})")
+    for name, axis, setter in ((x_name, ax.xaxis, ax.set_xscale),
+                               (y_name, ax.yaxis, ax.set_yscale)):
+        if spans_decades([r[name] for r in pool]):
+            setter("log")
+    ax.set_xlabel(f"{x_name} ({x_way} is better)")
+    ax.set_ylabel(f"{y_name} ({y_way} is better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    more = ", ".join(f"{n} {w}" for n, w in axes[2:])
+    ax.set_title("Pareto front" + (f" (also on {more})" if more else ""))
+    return figure
+
+
+def plot_pareto(rows: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]],
+                axes: Sequence[tuple[str, str]], path: str | os.PathLike) -> Path:
+    """Write :func:`pareto_figure` to ``path`` (its directory made if need be)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(pareto_figure(rows, front, axes), path)
 
 
 def heatmap_grid(values: np.ndarray, tiles_per_ipu: int) -> np.ndarray:
