@@ -137,7 +137,8 @@ def phase_cycles(report: Report, phase_of: Callable[[Step], str | None]) -> dict
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
-    return round(numerator / denominator, 6) if denominator else None
+    """``numerator / denominator`` to six significant digits (None for a zero denominator)."""
+    return float(f"{numerator / denominator:.6g}") if denominator else None
 
 
 def use_values(cycles: Cycles, flops: int, peak: int, suffix: str = "") -> dict[str, Any]:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from gruc.cli import main
+from gruc.plan.planned import TIMING_COLUMNS
 
 GRUC = [sys.executable, "-c", "import sys; from gruc.cli import main; sys.exit(main())"]
 """``gruc`` in a process of its own, run by the interpreter running the tests."""
@@ -140,7 +141,7 @@ def test_a_sweep_on_a_dask_scheduler_writes_the_rows_a_serial_one_does(tmp_path,
     import distributed  # the test extra installs it: this test runs in CI
 
     def planned(rows_csv):
-        return [{k: v for k, v in row.items() if not k.endswith("_seconds")}
+        return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS}
                 for row in csv.DictReader(rows_csv.open())]
 
     grid = [*SMALL, "--batch-size", "1,2", "--shards", "1,2"]
