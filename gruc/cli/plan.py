@@ -218,18 +218,18 @@ def _print_summary(results: list, spec: SweepSpec, flag: str) -> None:
     """``--find-max``'s answers, one line per point of the other flags' grid: the answer (and
     the flags derived from it), that plan's cycles, max tile memory and utilisation, and the
     values met that did not fit between two that did."""
-    columns = [*spec.parameters, flag, *spec.derived, "cycles_total", "max_tile_bytes",
-               "utilisation", "not monotone"]
+    figures = ("cycles_total", "max_tile_bytes", "utilisation")
+    columns = [*spec.parameters, flag, *spec.derived, *figures]
     cells = []
     for result in results:
         row = result.fitting or {}
-        values = {**result.point, **{name: row.get(name) for name in (flag, *spec.derived)}}
-        values.update({name: row.get(name) for name in columns[-4:-1]})
+        values = {**result.point, **{name: row.get(name) for name in (*spec.derived, *figures)}}
         values[flag] = "none fits" if result.value is None else result.value
         if result.value is not None and result.failing is None:
             values[flag] = f"{result.value} (limit)"
-        cells.append([cell_text(values.get(c)) for c in columns[:-1]]
+        cells.append([cell_text(values.get(c)) for c in columns]
                      + ["; ".join(result.non_monotone) or "-"])
+    columns.append("not monotone")
     print("find-max summary")
     _print_columns(columns, cells)
 
