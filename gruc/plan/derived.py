@@ -65,8 +65,9 @@ class Derivation:
         for driver, derived, product in self.products:
             value = result[driver] if driver in result else defaults.get(driver)
             if not isinstance(value, int) or value < 1 or product % value:
-                        raise NotAMultiple(f"{flag_of(driver)} {value} does not divide the fixed product "
-                                   f"{flag_of(driver)[2:]}*{flag_of(derived)[2:]}={product}")
+                raise NotAMultiple(f"{flag_of(driver)} {value} does not divide the fixed "
+                                   f"product {flag_of(driver)[2:]}*{flag_of(derived)[2:]}="
+                                   f"{product}")
             result[derived] = product // value
         return result
 

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from gruc.errors import GrucValueError
 from gruc.plan.planned import NUMBER_COLUMNS
 from gruc.plan.rows import cell_text
-from gruc.runtime.report import write_text_atomically
+from gruc.files import write_text_atomically
 
 PARETO_NAME = "pareto.csv"
 DIRECTIONS = ("max", "min")

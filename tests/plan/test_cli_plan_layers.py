@@ -35,7 +35,7 @@ def test_an_fc_sweep_prints_its_table_and_resumes(tmp_path, capsys):
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     assert header == ["batch_size", "partials_type", "fits", "max_tile_bytes", "cycles_total",
-                      "utilisation", "error"]                              # no shards column: fc has none
+                      "utilisation", "error"]      # no shards column: fc has none
     assert "4 planned now, 0 already" in out
     rows = rows_of(tmp_path)
     assert [(r["batch_size"], r["partials_type"]) for r in rows] == [
