@@ -22,8 +22,10 @@ exchange + sync, the report's split).
 **Per phase.**  A GRU layer's rows split cycles, utilisation and shares by phase (fwd, bwd, wu:
 :func:`phase_cycles`), attributing each step to the phase that wrote it — the GRU layer names
 every compute set and variable under the name of the poplibs call that made it (``gru/``,
-``gru_bwd_wu/``, the update's ``gru_bwd_wu/wu/``: :func:`gruc.plan.layer.step_phase`).  The
-fully connected layer and gemm rows have whole-layer figures only.
+``gru_bwd_wu/``, the update's ``gru_bwd_wu/wu/``: :func:`gruc.plan.layer.step_phase`), so the
+gates a recomputing layer (``--recomputation-mode full``) rebuilds count in the backward pass,
+where they run, and the phases add up to the whole.  The fully connected layer and gemm rows
+have whole-layer figures only.
 """
 
 from __future__ import annotations

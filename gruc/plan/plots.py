@@ -7,7 +7,7 @@
   categorical flag (a type, a switch, a gate order) is drawn as grouped bars, one group per value
   and one bar per combination, since a line between categories would claim values between them;
   series that coincide in a panel (one would hide the other) are drawn dashed with open markers
-  and named in the panel ("same values: ...").
+  (hatched, as bars) and named in the panel ("same values: ...").
 * :func:`plot_pareto`: a study's rows that fit on two axes of its Pareto front
   (:mod:`gruc.plan.pareto`), the front drawn over them.
 * :func:`plot_tile_heatmap`: one configuration's memory per tile on the grid of tiles of the
@@ -158,7 +158,7 @@ def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: S
                        color=colour, **({"hatch": "//", "edgecolor": "black"} if hidden else {}))
         if same:
             more = f"; {len(same) - SAME_NAMED} more" if len(same) > SAME_NAMED else ""
-            ax.text(0.01, 0.02, "same values (dashed): " + "; ".join(same[:SAME_NAMED]) + more,
+            ax.text(0.01, 0.02, "same values: " + "; ".join(same[:SAME_NAMED]) + more,
                     transform=ax.transAxes, fontsize="x-small", va="bottom")
         log_y = spans_decades(drawn)
         if capacity is not None:

@@ -26,7 +26,8 @@ Every plan the search makes is a row in the output directory like a sweep's (res
 way); each point of the grid of the *other* swept flags gets its own search, and the points are
 searched side by side on a sweep's executors (``--jobs``, ``--scheduler``): a list of a float or
 categorical knob (``--available-memory-proportion 0.6,0.1``, ``--partials-type half,float``,
-``--code-reuse 0,1``, ``--shards``, ``--ipus``) is such a grid, one search per value.  Flags tied
+``--code-reuse 0,1``, ``--recomputation-mode none,full``, ``--shards``, ``--ipus``) is such a
+grid, one search per value.  Flags tied
 to the searched one follow it, and a flag in a fixed product with it is derived from it; the
 search then moves over the divisors of the product only (:mod:`gruc.plan.derived`).  Where a
 search met a value that does not fit between two that do, :attr:`FindMaxResult.non_monotone`

@@ -89,3 +89,21 @@ def test_the_help_spells_the_relations(capsys):
     for words in ["--tie A=B", "--fixed-product A*B=N", "batch-size*sequence-size=1600",
                   "--pareto-axes"]:
         assert words in out
+
+
+def test_find_max_searches_each_recomputation_mode_and_draws_it_as_bars(tmp_path, capsys):
+    argv = ["plan", "gru", *ONE_TILE[:-2], "--phase", "all", "--recomputation-mode",
+            "none,full", "--find-max", "output-size", "--find-max-limit", "128", "--jobs", "2",
+            "--plots", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines.index("find-max summary")
+    summary = [line.split() for line in lines[head + 2:head + 4]]
+    assert [cells[0] for cells in summary] == ["none", "full"]
+    saved, recomputed = (int(cells[1]) for cells in summary)
+    assert recomputed >= saved   # saving no gates leaves room for at least as wide a layer
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert {row["recomputation_mode"] for row in rows} == {"none", "full"}
+    assert all(row["cycles_fwd"] + row["cycles_bwd"] + row["cycles_wu"] == row["cycles_total"]
+               for row in rows if row["fits"] is not None)
+    assert (tmp_path / "plots" / "metrics-recomputation_mode.png").exists()
