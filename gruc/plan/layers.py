@@ -155,9 +155,10 @@ NEW_COLUMNS = (*FIGURE_COLUMNS, *USAGE_COLUMNS)
 
 
 def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
-    """``row``, read back, with this gruc's key if a gruc before fc and gemm plans wrote it
-    (its key, naming no kind, is a GRU layer's), and the columns of :data:`NEW_COLUMNS` empty
-    if a gruc before them wrote it; any other row as it is."""
+    """``row``, read back, with this gruc's key if an older gruc wrote it — one before fc and
+    gemm plans (its key, naming no kind, is a GRU layer's), or before a flag with a default was
+    added (the key gets the default, which is what that gruc built) — and the columns of
+    :data:`NEW_COLUMNS` empty if a gruc before them wrote it; any other row as it is."""
     try:
         flags = json.loads(row["config"])
     except (ValueError, RecursionError):
@@ -165,7 +166,14 @@ def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(flags, dict):
         return row
     if "layer" not in flags:
-        row = {**row, "config": canonical({**flags, "layer": "gru"})}
+        flags = {**flags, "layer": "gru"}
+    kind = PLANNED_LAYERS.get(flags["layer"]) if isinstance(flags["layer"], str) else None
+    if kind is not None:  # flags added since (GRU recomputation): the default the row was built with
+        fields = kind.model.model_fields
+        flags = {**{name: fields[name].default for name in kind.flags if name not in flags
+                    and not fields[name].is_required()}, **flags}
+    if canonical(flags) != row["config"]:
+        row = {**row, "config": canonical(flags)}
     if "error" in row and any(column not in row for column in NEW_COLUMNS):
         row = {**row, **{column: None for column in NEW_COLUMNS if column not in row}}
     return row

@@ -99,3 +99,20 @@ def test_rows_of_an_older_gruc_get_the_new_columns_empty():
     upgraded = upgrade_row(old)
     assert all(column in upgraded for column in ROW_COLUMNS)
     assert upgraded["utilisation"] is None and upgraded["cycles_total"] == row["cycles_total"]
+
+
+def test_rows_from_before_a_flag_was_added_resume_with_its_default():
+    """A study written before ``recomputation_mode`` existed keys its rows without it; they are
+    the default's rows (what that gruc built), so a sweep resumes from them, not refuses them."""
+    import json
+
+    from gruc.plan.layers import config_key, row_problem
+
+    config = GruLayerConfig(**LAYER)
+    row = plan_row(config)
+    flags = json.loads(row["config"])
+    del flags["recomputation_mode"]
+    old = {**row, "config": json.dumps(flags, sort_keys=True, separators=(",", ":"))}
+    assert row_problem(old) is not None  # as it was written: not this gruc's key
+    upgraded = upgrade_row(old)
+    assert row_problem(upgraded) is None and upgraded["config"] == config_key(config)
