@@ -14,7 +14,7 @@ from gruc.cli.opt import (FORMATS, add_pipeline_flags, apply_pipeline, format_mo
                           write_output)
 from gruc.ir.module import Module
 from gruc.popnn.gru_layer import build_layer
-from gruc.runtime.viz import StatusLine
+from gruc.status import StatusLine
 from gruc.text import first_paragraph
 
 

@@ -19,7 +19,7 @@ from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.page import require_plotly
-from gruc.runtime.viz import StatusLine
+from gruc.status import StatusLine
 from gruc.text import first_paragraph
 
 

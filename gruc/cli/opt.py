@@ -24,7 +24,8 @@ from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.passes.pipeline import run_pipeline
 from gruc.files import TEMPORARY_PREFIX, output_destination, write_text_atomically
-from gruc.runtime.viz import StatusLine, dataflow_dot
+from gruc.runtime.viz import dataflow_dot
+from gruc.status import StatusLine
 from gruc.text import first_paragraph
 
 FORMATS = ("text", "json", "dot")

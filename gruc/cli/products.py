@@ -15,7 +15,7 @@ from gruc.errors import GrucValueError
 from gruc.plan.static import StaticProgram, plan_program
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.report import Report
-from gruc.runtime.viz import StatusLine
+from gruc.status import StatusLine
 from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
 
 COMMON_FLAGS = [

@@ -18,7 +18,7 @@ import sys
 from gruc.cli.gru import add_strict_memory_flag
 from gruc.cli.layers import ShownLayer, add_layer_commands
 from gruc.cli.opt import STDIO, output_file, write_output
-from gruc.runtime.viz import StatusLine
+from gruc.status import StatusLine
 from gruc.text import plural
 from gruc.text import first_paragraph
 

@@ -30,7 +30,8 @@ from gruc.ir.program import fewest_executions
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.compare import compare_html, load_report
 from gruc.runtime.page import require_plotly
-from gruc.runtime.viz import StatusLine, dataflow_dot
+from gruc.runtime.viz import dataflow_dot
+from gruc.status import StatusLine
 from gruc.text import first_paragraph
 
 DEFAULT_OUTPUT = {"html": "report.html", "dot": "-"}

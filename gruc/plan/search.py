@@ -48,7 +48,8 @@ from gruc.plan.derived import Derivation, flag_of
 from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layers import config_key, plan_row, planned_layer
 from gruc.plan.rows import RowStore
-from gruc.plan.sweep import Progress, open_study
+from gruc.plan.sweep import open_study
+from gruc.status import StatusLine
 from gruc.text import plural
 
 DEFAULT_LIMIT = 1 << 20
@@ -334,7 +335,7 @@ def search_task(item: dict[str, Any], *, flag: str, start: int, limit: int,
 def _search_here(search: Callable[..., Searched], item: dict[str, Any], flag: str,
                  store: RowStore, progress: bool | None) -> Searched:
     """``search`` of ``item`` in this process, each new row stored the moment it is planned."""
-    bar = Progress(None, enabled=progress)  # the number of plans is not known in advance
+    bar = StatusLine(enabled=progress, unit="plan")  # how many plans is not known in advance
     plans = 0
 
     def planned(row: dict[str, Any]) -> None:
@@ -342,7 +343,7 @@ def _search_here(search: Callable[..., Searched], item: dict[str, Any], flag: st
         if "config" in row:
             store.add(row)
         plans += 1
-        bar.update(plans, f"{flag}={row[flag]}")
+        bar.progress(plans, None, f"{flag}={row[flag]}")
 
     try:
         return search(item, planned=planned)
@@ -355,7 +356,7 @@ def _search_on(executor: Any, search: Callable[..., Searched], items: list[dict[
     """``search`` of every item on ``executor``, each search's new rows stored as it ends."""
     own = executor is None
     executor = make_executor() if own else executor
-    bar = Progress(len(items), enabled=progress)
+    bar = StatusLine(enabled=progress, unit="search")
     found: list[Searched | None] = [None] * len(items)
     try:
         for done, (index, searched) in enumerate(executor.map_unordered(search, items), start=1):
@@ -363,7 +364,7 @@ def _search_on(executor: Any, search: Callable[..., Searched], items: list[dict[
                 if "config" in row and row["config"] not in store:
                     store.add(row)
             found[index] = searched
-            bar.update(done, "searches")
+            bar.progress(done, len(items))
     finally:
         bar.close()
         if own:

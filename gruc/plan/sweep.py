@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 from gruc.plan.executors import make_executor
 from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layers import config_key, planned_layer, row_layer, row_problem, upgrade_row
 from gruc.plan.rows import RowStore
+from gruc.status import StatusLine
 
 
 def plan_task(config: dict[str, Any], swept: tuple[str, ...], pipeline: str | None,
@@ -38,42 +38,6 @@ def open_study(out: str | os.PathLike, spec: SweepSpec) -> RowStore:
     if any(row_layer(row) != spec.layer for row in store.rows):
         store.declare_parameters(("layer",))
     return store
-
-
-class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int | None, *, enabled: bool | None = None,
-                 stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.total = total
-        """Configurations in all, or None when unknown (a search): then only a count is shown."""
-        self.start = time.perf_counter()
-        self.shown = False
-
-    def update(self, done: int, note: str = "") -> None:
-        """Redraw the bar in place (carriage return, then clear to the end of the line): ``done``
-        (of ``total`` when known), the mean seconds per configuration so far, and ``note``; nothing
-        when disabled."""
-        if not self.enabled:
-            return
-        elapsed = time.perf_counter() - self.start
-        rate = f"{elapsed / done:.2f} s/config" if done else ""
-        if self.total:
-            width = 30
-            filled = width * done // self.total
-            head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}"
-        else:
-            head = f"{done} plans"
-        self.stream.write(f"\r{head} {rate} {note}\x1b[K")
-        self.stream.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass
@@ -118,15 +82,15 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, *, executor: Any = None,
         skipped = len(first) - len(todo)
         own = executor is None
         executor = make_executor() if own else executor
-        bar = Progress(len(first), enabled=progress)
-        bar.update(skipped, "(resumed)" if skipped else "")
+        bar = StatusLine(enabled=progress)
+        bar.progress(skipped, len(first), "(resumed)" if skipped else "")
         task = functools.partial(plan_task, swept=parameters, pipeline=spec.pipeline,
                                  layer=spec.layer)
         try:
             items = [configs[k].model_dump() for k in todo]
             for done, (_, row) in enumerate(executor.map_unordered(task, items), start=1):
                 store.add(row)
-                bar.update(skipped + done)
+                bar.progress(skipped + done, len(first))
         finally:
             bar.close()
             if own:

@@ -1,5 +1,5 @@
-"""What people look at besides the report page: DOT dataflow graphs, the tile grid every tile map
-shares, and a one-line terminal status for long work.
+"""What people look at besides the report page: DOT dataflow graphs and the tile grid every tile
+map shares (a long command's status line is :mod:`gruc.status`).
 
 The HTML report itself is :mod:`gruc.runtime.page` (interactive, plotly); ``gruc plan --plots``
 draws PNGs with matplotlib (:mod:`gruc.plan.plots`), whose tile heatmap lays tiles out on the same
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import sys
-from typing import TextIO
 
 from gruc.errors import GrucValueError
 from gruc.ir.dataflow import dataflow_graph
@@ -80,38 +78,3 @@ def require_matplotlib(what: str) -> None:
     except ImportError:
         raise GrucValueError(f"{what} needs matplotlib, which is not installed: pip install "
                              "matplotlib") from None
-
-
-
-# ----------------------------------------------------------------------------- terminal status
-class StatusLine:
-    """One rewritten line saying what long work is doing ("compiling...").
-
-    It only draws when the user watches a terminal (stdout and ``stream`` are both TTYs), so
-    pipes, files and tests get clean output; use as a context manager to erase it at the end.
-    """
-
-    def __init__(self, stream: TextIO | None = None, enabled: bool | None = None) -> None:
-        self.stream = stream or sys.stderr
-        if enabled is None:
-            enabled = sys.stdout.isatty() and self.stream.isatty()
-        self.enabled = enabled
-        self.shown = False
-
-    def show(self, text: str) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K" + text)
-            self.stream.flush()
-            self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self.shown = False
-
-    def __enter__(self) -> "StatusLine":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.clear()

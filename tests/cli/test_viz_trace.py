@@ -21,7 +21,8 @@ from gruc.ir.printer import print_module
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
 from gruc.runtime.page_data import CATEGORIES, device_addresses, live_bytes, tile_categories
-from gruc.runtime.viz import StatusLine, dataflow_dot, tile_grid
+from gruc.runtime.viz import dataflow_dot, tile_grid
+from gruc.status import StatusLine
 from cli_helpers import GRUC, SIZES, SMALL, batch_reports, gruc
 
 CONFIG = GruLayerConfig(sequence_size=3, input_size=8, output_size=8, batch_size=2,
@@ -400,7 +401,22 @@ def test_status_line_draws_only_when_enabled():
     quiet = io.StringIO()
     with StatusLine(quiet) as status:  # a StringIO is not a terminal
         status.show("compiling ...")
+        status.progress(3, 10)
     assert quiet.getvalue() == ""
+
+
+def test_a_progress_bar_is_the_same_line_and_stays_at_the_end():
+    """Issue 43: the planner's progress bar is the commands' status line (one class): drawn in
+    place, a known total as a bar, an unknown one as a count, kept (a newline) when closed."""
+    stream = io.StringIO()
+    with StatusLine(stream, enabled=True, unit="plan") as bar:
+        bar.progress(0, 4, "(resumed)")
+        bar.progress(2, 4)
+        bar.progress(5)
+    drawn = stream.getvalue().split("\r\033[K")[1:]
+    assert drawn[0] == "[" + "." * 30 + "] 0/4 (resumed)"
+    assert drawn[1].startswith("[" + "#" * 15 + "." * 15 + "] 2/4 ") and drawn[1].endswith("s/plan")
+    assert drawn[2].startswith("5 plans ") and stream.getvalue().endswith("\n")
 
 
 def test_gru_shows_what_it_is_doing_on_a_terminal(monkeypatch, capsys):
