@@ -261,9 +261,9 @@ def test_a_tree_poplibs_would_not_fuse_is_costed_op_by_op():
     prog = Sequence()
     a, b = spread(g, name="a"), spread(g, name="b")
     scale = on_tile(g, (1,), name="scale")
-    scaled_add_to(g, a, b, scale, prog)  # one gruc vertex: a scalar tensor operand
+    map_in_place(g, _1 - _2 * _3, [a, b, scale], prog)  # one gruc vertex: a scalar operand
     # 2021-03 fused no scalar inputs: mul(_2, _3) as BroadcastScalar1DSupervisor (342), then
-    # add(_1, tmp) in place as BinaryOp1DInPlaceSupervisor (312): 654
+    # sub(_1, tmp) in place as BinaryOp1DInPlaceSupervisor (312): 654
     assert vertex_cycles(g, prog).tolist() == [654] * 4
 
 
@@ -315,6 +315,48 @@ def test_map_codelets_name_poplibs_choices():
     assert [(c.family, c.in_place) for c in twice] == [("broadcast", False), ("binary", False)]
     # poplibs' expression optimisation: pow(x, 0.5) is sqrt
     assert map_codelets(ex.pow_(_1, ex.Const(0.5)), f[:1], [FULL], False)[0].op is ex.Unary.SQRT
+
+
+# ---- popops scaledAddTo ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, scale, expected", [
+    # ScaledAddSupervisor float, constant: n = 24: atom 2, atoms 24/6/2 = 2, final 0,
+    # rem 4 % 6 + 0 = 4 <= 6 (worker 4 checks final: + 1); worker 15 + (6 + 3 * 1) + 2 + 1 + 1
+    # = 28; supervisor 21 + 198 + 7 + 12 = 238; 238 + 6 * 28 = 406
+    (FLOAT, 0.5, 406),
+    # a tensor scale (isConstant false): supervisor + 6 -> 412
+    (FLOAT, "tensor", 412),
+    # half, constant: atom 4, atoms 24/6/4 = 1: worker 15 + 6 + 2 + 1 + 1 = 25; 238 + 150 = 388
+    (HALF, 0.5, 388),
+])
+def test_scaled_add_to_over_one_region_is_a_scaled_add_supervisor(dtype, scale, expected):
+    g = Graph(T4)
+    prog = Sequence()
+    a, b = spread(g, dtype, name="a"), spread(g, dtype, name="b")
+    if scale == "tensor":
+        scale = g.add_variable(dtype, (1,), "k")
+        g.set_tile_mapping(scale, 0)
+    scaled_add_to(g, a, b, scale, prog)
+    assert vertex_cycles(g, prog).tolist() == [expected] * 4
+
+
+def test_scaled_add_to_over_several_regions_is_scaled_add_2d():
+    g = Graph(T4)
+    prog = Sequence()
+    v = on_tile(g, (4, 8))
+    b = on_tile(g, (4, 4), name="b")
+    scaled_add_to(g, v[:, 0:4], b, 2.0, prog)
+    # 4 regions of 4 floats, grain vw = 2, min 4: G = 8 grains -> 4 vertices of one row of 4;
+    # ScaledAdd2D row: 15 + 5 + (4 / 2) * 2 (a constant scale: the swapped arguments' 2-cycle
+    # loop) = 24; vertex 10 + 24 = 34; 6 * 34 = 204
+    assert vertex_cycles(g, prog).tolist() == [204, 0, 0, 0]
+    k = on_tile(g, (1,), name="k")
+    scaled_add_to(g, v[:, 0:4], b, k, prog)
+    # a tensor scale: the 3-cycle loop: 15 + 5 + 6 = 26; 6 * 36 = 216
+    assert vertex_cycles(g, prog).tolist() == [216, 0, 0, 0]
+    # the same tree out of place, or with a full third operand, is not scaledAddTo
+    f = [FLOAT] * 3
+    assert map_codelets(_1 + _2 * _3, f, [FULL] * 3, True, "MapInPlace")[0].family == "fused"
+    assert map_codelets(_1 + _2 * ex.Const(2.0), f[:2], [FULL] * 2, False)[0].family == "fused"
 
 
 # ---- reductions ----------------------------------------------------------------------------------

@@ -373,7 +373,7 @@ class MapCodelet:
 
     family: str
     """``unary``, ``binary``, ``broadcast`` (scalar), ``cast``, ``fill``, ``select``,
-    ``broadcast_select``, ``clamp``, ``fused`` or ``grad``."""
+    ``broadcast_select``, ``clamp``, ``fused``, ``grad`` or ``scaled_add``."""
     dtype: DType
     """The operand type its table is keyed by (a cast's source type)."""
     op: ex.Op | None = None
@@ -382,6 +382,9 @@ class MapCodelet:
     inputs: int = 0
     """A fused codelet's input tensors."""
     fused_ops: int = 1
+    constant: bool = False
+    """A ``scaled_add``'s scale is a number known when the graph is built (poplibs'
+    ``isConstant``), not a tensor."""
 
 
 def operand_kind(tensor) -> str:
@@ -485,6 +488,9 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
     if kind_name == "Map" and len(dtypes) == 2 and dtypes[0] is dtypes[1] is out_type \
             and kinds == [FULL, FULL] and expression in _GRAD_PATTERNS.get(out_type, {}):
         return [MapCodelet("grad", out_type, out_dtype=out_type)]
+    if _is_scaled_add(expression, dtypes, kinds, kind_name):
+        return [MapCodelet("scaled_add", dtypes[0], in_place=True,
+                           constant=isinstance(expression.rhs.rhs, ex.Const))]
     if ex.num_ops(expression) > 1 and _fusable(expression, kinds):
         fused = sum(isinstance(node, (ex.UnaryOp, ex.BinaryOp, ex.TernaryOp))
                     for node in ex.walk(expression))
@@ -501,6 +507,27 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
 
     visit(expression, in_place and _in_place_path(expression))
     return codelets
+
+
+def _is_scaled_add(expression: ex.Expr, dtypes: list[DType], kinds: list[str],
+                   kind_name: str) -> bool:
+    """Whether a map is popops' ``scaledAddTo(A, B, scale)`` as gruc's ``scaled_add_to`` builds
+    it — in place, ``_1 + _2 * s`` with ``s`` a number or a one-element tensor, A and B of one
+    float type — which poplibs runs as ``ScaledAddSupervisor`` / ``ScaledAdd2D`` vertices, not
+    as a generated codelet (a ``mapInPlace`` of that very tree written by hand is read the same
+    way)."""
+    if kind_name != "MapInPlace" or len(dtypes) not in (2, 3) or dtypes[0] is not dtypes[1] \
+            or dtypes[0] not in (FLOAT, HALF) or kinds[1] != FULL:
+        return False
+    if len(dtypes) == 3 and kinds[2] != SCALAR:
+        return False
+    scale = ex.PlaceHolder(3) if len(dtypes) == 3 else None
+    if not (isinstance(expression, ex.BinaryOp) and expression.op is ex.Binary.ADD
+            and expression.lhs == ex.PlaceHolder(1) and isinstance(expression.rhs, ex.BinaryOp)
+            and expression.rhs.op is ex.Binary.MUL and expression.rhs.lhs == ex.PlaceHolder(2)):
+        return False
+    factor = expression.rhs.rhs
+    return factor == scale if scale is not None else isinstance(factor, ex.Const)
 
 
 def _in_place_path(expression: ex.Expr) -> bool:
@@ -653,6 +680,20 @@ class TileWork:
         grain = self._grain(c.dtype)
         split = self.split(None, grain, 2 * grain)
         return self.on_tiles(split, split.per_vertex(rows(split.row_size), base))
+
+    def _scaled_add(self, c: MapCodelet) -> np.ndarray:
+        """popops ``scaledAddTo`` (``ScaledAdd.cpp`` ``scaledArithmetic{Const,Tensor}Impl``): a
+        ``ScaledAddSupervisor`` on a tile whose output is one region of at most ``rpt x vw x W``
+        elements, else ``ScaledAdd2D`` workers split by the vector width (at least two vectors
+        a vertex, rows of at most ``rpt x vw``)."""
+        width = self.target.vector_width(c.dtype)
+        is_float = c.dtype is FLOAT
+        alone = self.supervised(pe.RPT_COUNT_MAX * width)
+        cycles = np.where(alone, pe.scaled_add_supervisor(self.elements, is_float, c.constant,
+                                                          self.workers), 0)
+        split = self.split(alone, width, 2 * width, pe.RPT_COUNT_MAX * width)
+        rows = pe.scaled_add_2d_row(split.row_size, is_float, c.constant)
+        return cycles + self.on_tiles(split, split.per_vertex(rows, pe.SCALED_ADD_2D_BASE))
 
     def _select(self, c: MapCodelet) -> np.ndarray:
         """``Select`` workers; ``SelectInPlace``'s estimator charges each row for the number

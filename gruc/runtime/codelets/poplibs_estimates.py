@@ -433,6 +433,53 @@ def fused_map_vertex(elements: np.ndarray, inputs: int, vector_width: int,
     return 13 + inputs * (elements // vector_width + elements % vector_width) * fused_ops
 
 
+# ---- popops scaledAddTo (popopsCycleEstimators.cpp, ScaledAdd.cpp) --------------------------------
+def scaled_add_supervisor(n: np.ndarray, float_data: bool, constant: bool,
+                          workers: int) -> np.ndarray:
+    """``ScaledAddSupervisor<T, T, S, isConstant, memConstrained=false>``
+    (``scaledArithmeticSupervisorCycleEstimate``, A and B of one float type; ``memConstrained``
+    is ScaledAdd.cpp's ``optimizeForSpeed``, off by default, so the inner loop takes 3 cycles an
+    atom of 8 bytes).  Every worker id ``0..W`` (the estimator's loop runs to ``W`` inclusive)
+    loops over ``n / W / atom`` atoms; the one whose id is ``rem`` also does the last ``n % W``
+    elements.  Machine cycles: the supervisor's plus ``W x`` the slowest worker."""
+    n = np.asarray(n, dtype=np.int64)
+    atom = 2 if float_data else 4
+    atoms = n // workers // atom
+    final = n % workers
+    rem = (n // workers) % workers + ceil_div(final, atom)
+    supervisor = 21 + SUPERVISOR_OVERHEAD + np.where(final == 0, 7, 13) + 12 + (0 if constant
+                                                                                 else 6)
+    worker = 15 + np.where(atoms != 0, 6 + 3 * (atoms - 1), 0) + 2 + 1
+    if float_data:
+        last = np.where(final != 0, 8, 0)
+    else:
+        last = np.where(final != 0, 5 + np.where(final >= 2, 7 + np.where(final == 3, 6, 0), 0),
+                        0)
+    slowest = worker + np.where(rem <= workers, 1 + last, 0)
+    return supervisor + workers * slowest
+
+
+def scaled_add_2d_row(n: np.ndarray, float_data: bool, constant: bool) -> np.ndarray:
+    """A row of ``ScaledAdd2D`` (``ScaledArithmetic2DCycleEstimate``).  poplibs' ``ScaledAdd2D``
+    estimator passes ``(memConstrained, isConstant)`` into the ``(isConstant, memConstrained)``
+    slots, so a constant scale gets the 2-cycle inner loop and every vertex the non-constant
+    base (:func:`scaled_add_2d_base`): the published estimates carry the swap, and so does gruc."""
+    n = np.asarray(n, dtype=np.int64)
+    grain = 2 if float_data else 4
+    inner = 2 if constant else 3
+    cycles = 15 + np.where(n // grain != 0, 5, 0) + (n // grain) * inner
+    rest = n % grain
+    if float_data:
+        return cycles + np.where(rest != 0, 7, 0)
+    return cycles + np.where(rest > 0, 4, 0) + np.where(rest >= 2, 6, 0) \
+        + np.where(rest % 2 == 1, 7, 0)
+
+
+SCALED_ADD_2D_BASE = 9 + 1
+"""A ``ScaledAdd2D`` vertex's prologue and epilogue, plus the non-constant cycle its estimator
+charges every vertex (the swapped arguments of :func:`scaled_add_2d_row`)."""
+
+
 # ---- popnn non-linearity gradients (popnnCycleEstimators.cpp) ------------------------------------
 def _grad_remainder(remainder: np.ndarray, is_float: bool) -> np.ndarray:
     if is_float:
