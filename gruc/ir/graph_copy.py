@@ -24,7 +24,9 @@ the ids afresh, which changes no figure (analyses depend on the order of ids, wh
 
 Cost: the structure kept, not the elements (decision 3).  Each kept view is made once over the
 copy's variables and keeps the layout it had worked out; vertices, compute sets and program
-nodes are made again around them; no tile is copied.
+nodes are made again around them; no tile is copied, and the effects the source graph had
+worked out for the module's steps are carried over (renumbered), so the analyses that follow —
+a memory plan's liveness — do not walk every step's elements again.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Iterable
 
+from gruc.ir.effects import EffectTable
 from gruc.ir.graph import ComputeSet, Function, Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Execute, Program, Sequence
@@ -72,9 +75,11 @@ def _used(module: Module) -> tuple[list[ComputeSet], list[Function], list[Variab
 
 def _copy(module: Module, compute_sets: list[ComputeSet], functions: list[Function],
           variables: list[Variable]) -> Module:
-    copier = _Copier(module.graph.copy_frame())
+    copier = _Copier(module.graph)
     for variable in variables:
-        copier.tensors[id(variable)] = copier.graph.adopt_variable(variable)
+        copy = copier.graph.adopt_variable(variable)
+        copier.tensors[id(variable)] = copy
+        copier.indices[variable.index] = copy.index
     return copier.module(module, compute_sets, functions)
 
 
@@ -115,38 +120,41 @@ class _Copier:
     """The copy under way: each source object's copy, by ``id`` of the source object (the
     source module holds them all while the copy is made)."""
 
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
+    def __init__(self, source: Graph) -> None:
+        self.graph = source.copy_frame()
         self.tensors: dict[int, Tensor] = {}
         self.symbols: dict[int, ComputeSet | Function] = {}
+        self.programs: dict[int, Program] = {}
+        self.indices: dict[int, int] = {}
+        """Index of each kept variable in the source graph -> in the copy."""
+        self.effects = (EffectTable(source), EffectTable(self.graph))
 
     def tensor(self, tensor: Tensor) -> Tensor:
         """The copy of ``tensor``: its variable's, or the view made again over its sources'
-        copies (sources first, without recursion: a chain of views may be long)."""
+        copies (recursively, as a view's layout is worked out)."""
         found = self.tensors.get(id(tensor))
-        if found is not None:
-            return found
-        pending = [tensor]
-        while pending:
-            view = pending[-1]
-            missing = [s for s in view.sources if id(s) not in self.tensors]
-            if missing:
-                pending.extend(missing)
-                continue
-            pending.pop()
-            if id(view) not in self.tensors:
-                self.tensors[id(view)] = view.view_over(
-                    tuple(self.tensors[id(s)] for s in view.sources))
-        return self.tensors[id(tensor)]
+        if found is None:
+            found = tensor.view_over(tuple(map(self.tensor, tensor.sources)))
+            self.tensors[id(tensor)] = found
+        return found
 
     def vertex(self, vertex: Vertex) -> Vertex:
-        connected = {name: tuple(self.tensor(t) for t in value) if isinstance(value, tuple)
-                     else self.tensor(value) for name, value in vertex.fields.items()}
+        tensor = self.tensor
+        connected = {name: tuple(map(tensor, value)) if type(value) is tuple else tensor(value)
+                     for name, value in vertex.fields.items()}
         return Vertex(vertex.kind, connected, dict(vertex.params), vertex.tile)
 
     def program(self, node: Program) -> Program:
         """``node`` made again over the copies of the tensors, compute sets, functions and
-        programs it names (any node kind: its dataclass fields tell)."""
+        programs it names (any node kind: its dataclass fields tell), with the effect the
+        source graph knew for it (:meth:`~gruc.ir.effects.EffectTable.carry`).  A node found
+        at several places is made once, so what was shared stays shared."""
+        found = self.programs.get(id(node))
+        if found is None:
+            found = self.programs[id(node)] = self._program(node)
+        return found
+
+    def _program(self, node: Program) -> Program:
         if isinstance(node, Sequence):
             return Sequence(*(self.program(child) for child in node.programs))
         changes = {}
@@ -158,7 +166,10 @@ class _Copier:
                 changes[f.name] = self.tensor(value)
             elif isinstance(value, (ComputeSet, Function)):
                 changes[f.name] = self.symbols[id(value)]
-        return replace(node, **changes)
+        copy = replace(node, **changes)
+        source, copied = self.effects
+        source.carry(node, copy, self.indices, copied)
+        return copy
 
     def module(self, module: Module, compute_sets: list[ComputeSet],
                functions: list[Function]) -> Module:

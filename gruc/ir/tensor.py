@@ -112,11 +112,13 @@ class Tensor:
         this one (:mod:`gruc.ir.graph_copy`), that name the same element ids.  What the view has
         worked out about its ids (its layout, its first id) holds for the copy too, so it is
         kept rather than worked out again."""
-        expect(self.op is not None and len(sources) == len(self.sources), GrucValueError,
-               f"view_over remakes a view over as many sources as it has; got {self!r} over "
-               f"{len(sources)}")
-        copy = Tensor(sources[0].graph, self.shape, self.dtype, self.op, sources)
-        copy._layout, copy._start = self._layout, self._start
+        if self.op is None or len(sources) != len(self.sources):
+            raise GrucValueError(f"view_over remakes a view over as many sources as it has; "
+                                 f"got {self!r} over {len(sources)}")
+        copy = Tensor.__new__(Tensor)  # every slot, as __init__ sets them, in one call less (a
+        copy.graph, copy.sources = sources[0].graph, sources  # copy makes views by the ten
+        copy.shape, copy.dtype, copy.op = self.shape, self.dtype, self.op  # thousand)
+        copy._layout, copy._start, copy._variables = self._layout, self._start, None
         return copy
 
     def slice(self, begin: int | Sequence[int], end: int | Sequence[int], dim: int = 0) -> "Tensor":
