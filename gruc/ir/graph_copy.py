@@ -142,7 +142,7 @@ class _Copier:
         tensor = self.tensor
         connected = {name: tuple(map(tensor, value)) if type(value) is tuple else tensor(value)
                      for name, value in vertex.fields.items()}
-        return Vertex(vertex.kind, connected, dict(vertex.params), vertex.tile)
+        return Vertex(vertex.kind, connected, vertex.params, vertex.tile)  # (never changed)
 
     def program(self, node: Program) -> Program:
         """``node`` made again over the copies of the tensors, compute sets, functions and
