@@ -7,6 +7,8 @@ from collections import Counter
 from gruc import (FLOAT, Copy, Execute, Graph, Module, PrintTensor, Repeat, Sequence, Target,
                   WriteUndef)
 from gruc.ir.expr import _1, _2, Const
+from gruc.ir.graph_copy import without_unused
+from gruc.ir.verify import verify
 from gruc.ops import map, map_in_place
 from gruc.passes.pipeline import run_pipeline
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
@@ -77,3 +79,24 @@ def test_gru_training_forward_keeps_everything_it_exposes():
 
 def descriptions(module):
     return [described(n) for n in leaves(module)]
+
+
+def test_what_nothing_uses_goes_from_the_graph_and_the_callers_graph_keeps_it():
+    layer = build_layer(GruLayerConfig(sequence_size=2, input_size=8, output_size=4,
+                                       batch_size=2, tiles_per_ipu=4))
+    before = Module(layer.graph, layer.programs)
+    built = [list(table) for table in (layer.graph.variables, layer.graph.compute_sets)]
+    fused = run_pipeline(before, "canonicalize,inplace-fusion,copy-elim", verify_each=True).module
+    replaced = len(fused.graph.compute_sets) - len(_executed(fused))
+    after = run_pipeline(fused, "dce", verify_each=True).module
+    assert replaced > 0 and after.graph is not layer.graph
+    assert len(after.graph.compute_sets) == len(_executed(after)) == len(_executed(fused))
+    assert without_unused(after) is after  # no compute set, function or variable left unused
+    assert len(after.graph.variables) < len(layer.graph.variables)
+    for table, kept in zip((layer.graph.variables, layer.graph.compute_sets), built):
+        assert table[:len(kept)] == kept  # the caller's graph: only extended (fusion's sets)
+    verify(before)  # and its programs still valid as built
+
+
+def _executed(module):
+    return {id(node.compute_set) for node in module.walk() if isinstance(node, Execute)}
