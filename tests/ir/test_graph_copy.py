@@ -8,9 +8,11 @@ later write could change: the tile table is shared only until one of the graphs 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_printer_parser import all_features, same_graph, small_program
 
 from gruc import FLOAT, Call, Copy, Engine, Execute, Graph, Module, Repeat, Sequence, Target
+from gruc.errors import GrucValueError
 from gruc.ir.effects import EffectTable
 from gruc.ir.expr import _1, Const, tanh
 from gruc.ir.graph_copy import copy_module, without_unused
@@ -164,3 +166,15 @@ def test_a_sealed_module_keeps_what_is_derived_from_it_and_an_open_one_does_not(
     assert not module.is_sealed
     assert sealed.derived(analysis) == 3 and sealed.derived(analysis) == 3  # kept on it
     assert copy_module(sealed).derived(analysis) == 4  # a new module starts with nothing
+
+
+def test_a_copy_adopts_only_the_variables_of_its_source_in_order_and_views_keep_their_arity():
+    module, tensors = leftovers()
+    frame = module.graph.copy_frame()
+    frame.adopt_variable(tensors["stale"])
+    with pytest.raises(GrucValueError, match="in their order; got <var 'x'"):
+        frame.adopt_variable(tensors["x"])  # x comes before stale
+    with pytest.raises(GrucValueError, match="adopt_variable takes the variables"):
+        frame.adopt_variable(frame.variables[0])  # its own
+    with pytest.raises(GrucValueError, match="as many sources as it has"):
+        tensors["x"][::-1].view_over(())
