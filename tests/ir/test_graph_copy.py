@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_printer_parser import all_features, same_graph, small_program
 
-from gruc import FLOAT, Call, Copy, Engine, Execute, Graph, Module, Repeat, Sequence, Target
+from gruc import FLOAT, Call, Engine, Execute, Graph, Module, Repeat, Sequence, Target
 from gruc.errors import GrucValueError
 from gruc.ir.effects import EffectTable
 from gruc.ir.expr import _1, Const, tanh
