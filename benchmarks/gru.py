@@ -54,7 +54,7 @@ import torch  # noqa: E402
 from _common import gruc_layer, write_result  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.runtime.blas import Product, library_name  # noqa: E402
-from gruc.runtime.codelets.matmul import DEFERRED_DEPTH  # noqa: E402
+from gruc.runtime.codelets.matmul_fused import DEFERRED_DEPTH  # noqa: E402
 from gruc.runtime.lower import ExecuteStep  # noqa: E402
 
 SHAPES = ((100, 16, 128, 128), (100, 64, 256, 256), (200, 32, 512, 512))

@@ -175,6 +175,21 @@ class EffectTable:
             self._cache[id(step)] = entry
         return entry[2]
 
+    def carry(self, step: Program, copy: Program, indices: dict[int, int],
+              into: "EffectTable") -> None:
+        """Give ``into`` (a table of a copy of this graph, :mod:`gruc.ir.graph_copy`) the effect
+        of ``copy`` (``step`` made again over the copy's objects), if this table knows
+        ``step``'s: the same elements, so the same effect, its variables renumbered by
+        ``indices`` (this graph's index -> the copy's).  A copied module is analysed at once
+        (its memory plan), and this saves a walk over every element of every step."""
+        entry = self._cache.get(id(step))
+        if entry is None or entry[0] is not step or entry[1] != _stamp(step):
+            return
+        effect = entry[2]
+        renumbered = [frozenset(indices[v] for v in variables) for variables in
+                      (effect.reads, effect.writes, effect.full_writes, effect.kills)]
+        into._cache[id(copy)] = (copy, _stamp(copy), Effect(*renumbered))
+
     def _compute(self, step: Program) -> Effect:
         """The effect of one leaf step, not memoised.  A ``WriteUndef`` kills only the variables it
         covers whole; ``If`` and ``RepeatWhileTrue`` read their predicate; containers have none of

@@ -191,7 +191,7 @@ class Graph:
             self._write_rows(copy, self.element_tile_view(tensor[0]))
         else:
             self._table.forget_rows(copy.first_id)
-            copy_tiles = self._table.array[copy.first_id:copy.first_id + copy.num_elements]
+            copy_tiles = self._table.writable()[copy.first_id:copy.first_id + copy.num_elements]
             copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # no ids
         if self.is_fully_mapped(tensor):
             self._mapped_whole.add(copy.index)
@@ -308,10 +308,10 @@ class Graph:
                 ids, flat = tensor.flat_ids(), np.broadcast_to(tiles, tensor.shape).reshape(-1)
                 if not isinstance(tiles, int) and tensor.has_repeats():
                     _require_one_tile_per_element(tensor, ids, flat)
-                self._table.array[ids] = flat
+                self._table.writable()[ids] = flat
             else:  # broadcast straight into the table
-                self._table.array[start:start + tensor.num_elements].reshape(tensor.shape)[...] \
-                    = tiles
+                table = self._table.writable()
+                table[start:start + tensor.num_elements].reshape(tensor.shape)[...] = tiles
         if whole is not None:
             self._mapped_whole.add(whole)
 
@@ -319,7 +319,8 @@ class Graph:
         """Store ``row_tiles`` (one row's tiles) as every row of ``variable``, a variable whose
         table stores one row for all."""
         first = variable.contiguous_start()
-        self._table.array[first:first + self._table.repeating_row(first)] = row_tiles.reshape(-1)
+        row = self._table.repeating_row(first)
+        self._table.writable()[first:first + row] = row_tiles.reshape(-1)
 
     def _before_write(self, tensor: Tensor, whole: int | None) -> None:
         """Make the table store every tile a write of all of ``tensor``'s elements touches: the
@@ -431,10 +432,11 @@ class Graph:
         self._before_write(tensor, whole)
         if start is None:
             tiles = np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
-            self._table.array[tensor.flat_ids()] = tiles
+            self._table.writable()[tensor.flat_ids()] = tiles
         else:
+            table = self._table.writable()
             for tile, (begin, end) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-                self._table.array[start + begin:start + end] = tile
+                table[start + begin:start + end] = tile
         if whole is not None:
             self._mapped_whole.add(whole)
 
@@ -539,6 +541,33 @@ class Graph:
         function = Function(name or f"f{len(self.functions)}", program)
         self.functions.append(function)
         return function
+
+    # ---- copies -----------------------------------------------------------------------------
+    def copy_frame(self) -> "Graph":
+        """An empty graph for the same target over this graph's element ids and tiles (the tile
+        table shared until either graph writes to it), for :mod:`gruc.ir.graph_copy` to fill
+        with what a module keeps."""
+        frame = Graph(self.target)
+        frame._table = self._table.shared()
+        return frame
+
+    def adopt_variable(self, variable: Variable) -> Variable:
+        """This graph's copy of ``variable`` of the graph it was framed from (:meth:`copy_frame`):
+        the same name, type, shape, value and element ids — so the same tiles, and a tensor of
+        either graph names the same elements of both — at the next index.  Variables are
+        adopted in their order in the source graph (ids increasing), as ids are looked up."""
+        last = self.variables[-1] if self.variables else None
+        expect(isinstance(variable, Variable) and variable.graph is not self
+               and variable.first_id + variable.num_elements <= self._table.size
+               and (last is None or variable.first_id >= last.first_id + last.num_elements),
+               GrucValueError, f"adopt_variable takes the variables of the graph this one was "
+                               f"framed from, in their order; got {variable!r}")
+        adopted = Variable(self, variable.shape, variable.dtype, variable.name,
+                           len(self.variables), variable.first_id, variable.constant)
+        self.variables.append(adopted)
+        if variable.index in variable.graph._mapped_whole:
+            self._mapped_whole.add(adopted.index)
+        return adopted
 
     # ---- host streams -----------------------------------------------------------------------
     def create_host_write(self, name: str, tensor: Tensor) -> None:

@@ -17,6 +17,12 @@ starts, if it is owed (:data:`OWED_AFTER` times as many young collections since 
 one as the caller's threshold) and a compiled program (an engine's, a plan's) has been freed
 since (:func:`note_release`): a loop stays flat, and a build followed by its compile, where nothing
 was dropped, pays nothing.  ``gc.disable()`` by the caller is respected.
+
+Still needed now that a compiled module owns its graph (``dce`` returns a module over a copy of
+what it runs, :mod:`gruc.ir.graph_copy`): the copy is a web of cycles like any graph, held by
+the compiled program as before, and compiling a layer still makes as many long-lived objects
+(the copy adds the views and vertices it keeps), so full collections during a compile would
+still walk them all for nothing.
 """
 
 from __future__ import annotations

@@ -2,16 +2,27 @@
 
 Poplar's ``Engine(graph, programs)`` takes exactly this pair; the text IR prints one module per
 file, passes take a module and return one, and the runtime compiles one.
+
+A module a pass returns is *sealed* (:meth:`Module.sealed`): valid by the pass's contract and
+never changed afterwards, since a pass makes a new module rather than editing one.  Facts
+derived from a sealed module — that it is valid, its liveness — are therefore kept on the module
+itself (:meth:`Module.derived`) and go with it: a later pass's result is another module, which
+starts with none, so nothing derived is ever stale and nothing outlives its module in a global
+table.  A caller's module is not sealed (the caller may still change its programs): it is
+checked and analysed afresh each time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from gruc.errors import GrucTypeError
 from gruc.ir.graph import Function, Graph
 from gruc.ir.program import Call, Program
+
+
+Derived = TypeVar("Derived")
 
 
 @dataclass(eq=False)
@@ -20,6 +31,8 @@ class Module:
 
     graph: Graph
     programs: list[Program] = field(default_factory=list)
+    _sealed: bool = field(default=False, init=False, repr=False)
+    _derived: dict[Callable[..., Any], Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.graph, Graph):
@@ -28,6 +41,32 @@ class Module:
         for k, p in enumerate(self.programs):
             if not isinstance(p, Program):
                 raise GrucTypeError(f"program {k} must be a Program, got {type(p).__name__}")
+
+    @property
+    def is_sealed(self) -> bool:
+        """Whether a pass made this module (or it was verified and sealed): see the docstring."""
+        return self._sealed
+
+    def sealed(self) -> "Module":
+        """This module as a pass hands it on: valid and unchanging from here on (the caller of
+        this vouches for valid: a pass by its contract, or a verification).  A module not sealed
+        yet — a caller's, whose programs the caller may still change — gives a new module over
+        the same graph and programs, so only modules no caller holds are ever trusted."""
+        if self._sealed:
+            return self
+        sealed = Module(self.graph, self.programs)
+        sealed._sealed = True
+        return sealed
+
+    def derived(self, analysis: Callable[["Module"], Derived]) -> Derived:
+        """``analysis(self)``: computed once for a sealed module and kept on it, so the passes
+        after the one that made it do not analyse the same module again; computed afresh for a
+        module that is not sealed, whose programs may have changed since."""
+        if not self._sealed:
+            return analysis(self)
+        if analysis not in self._derived:
+            self._derived[analysis] = analysis(self)
+        return self._derived[analysis]
 
     @property
     def functions(self) -> list[Function]:

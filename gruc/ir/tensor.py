@@ -107,6 +107,20 @@ class Tensor:
         shape = op.result_shape([s.shape for s in sources])
         return Tensor(first.graph, shape, first.dtype, op, tuple(sources))
 
+    def view_over(self, sources: tuple["Tensor", ...]) -> "Tensor":
+        """This view made again over ``sources``: copies of its sources, in a graph copied from
+        this one (:mod:`gruc.ir.graph_copy`), that name the same element ids.  What the view has
+        worked out about its ids (its layout, its first id) holds for the copy too, so it is
+        kept rather than worked out again."""
+        if self.op is None or len(sources) != len(self.sources):
+            raise GrucValueError(f"view_over remakes a view over as many sources as it has; "
+                                 f"got {self!r} over {len(sources)}")
+        copy = Tensor.__new__(Tensor)  # every slot, as __init__ sets them, in one call less (a
+        copy.graph, copy.sources = sources[0].graph, sources  # copy makes views by the ten
+        copy.shape, copy.dtype, copy.op = self.shape, self.dtype, self.op  # thousand)
+        copy._layout, copy._start, copy._variables = self._layout, self._start, None
+        return copy
+
     def slice(self, begin: int | Sequence[int], end: int | Sequence[int], dim: int = 0) -> "Tensor":
         """Elements ``[begin, end)`` of dimension ``dim``; or, given sequences, of every dimension."""
         if isinstance(begin, Iterable) and isinstance(end, Iterable):

@@ -8,6 +8,12 @@ the variable's ids.  A 2,000-step sequence then costs the table one step's tiles
 that reads its tiles through the table (a strided view folded into the first row, a gather
 folding ids into it) pays for the other 1,999; a write to part of it first stores every row
 (:meth:`TileTable.expand`).
+
+A graph copied for a module of its own (:mod:`gruc.ir.graph_copy`) keeps its element ids, so its
+table starts as the same array (:meth:`TileTable.shared`): copying it would cost a long layer's
+hundreds of megabytes for tiles neither graph changes.  Either table copies the array before
+its first write after that (copy on write): a pass that moves tiles (``shard``) or a caller
+that goes on mapping its graph never changes the tiles the other graph reads.
 """
 
 from __future__ import annotations
@@ -87,11 +93,36 @@ class TileTable:
         self._repeats: dict[int, tuple[int, int]] = {}
         """First id of each repeating region -> (its ids, its row length)."""
         self._bounds: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._shared = False
+        """Whether another table may read ``array`` (see the module docstring)."""
+
+    def shared(self) -> "TileTable":
+        """A table of the same ids and tiles over the same array; both copy it before writing."""
+        other = TileTable.__new__(TileTable)
+        other.array, other.size, other._repeats = self.array, self.size, dict(self._repeats)
+        other._bounds = self._bounds
+        other._shared = self._shared = True
+        return other
+
+    def writable(self) -> np.ndarray:
+        """``array``, to write tiles into: a copy of its stored ids first if another table may
+        read it (the ids past a repeating region's first row are never stored: not copied)."""
+        if self._shared:
+            own = _allocate(self.size)
+            begin = 0
+            for first in sorted(self._repeats):
+                count, row = self._repeats[first]
+                own[begin:first + row] = self.array[begin:first + row]
+                begin = first + count
+            own[begin:self.size] = self.array[begin:self.size]
+            self.array, self._shared = own, False
+        return self.array
 
     def add(self, count: int, row: int) -> int:
         """The first of ``count`` new ids, unmapped; with ``row < count`` (``row`` dividing
         ``count``) the region repeats one row of ``row`` ids until part of it is written."""
         first, needed = self.size, self.size + count
+        self.writable()
         if needed > len(self.array):  # ids past ``needed`` are never read: left untouched,
             grown = _allocate(max(needed, 2 * len(self.array)))  # no pages
             grown[:first] = self.array[:first]
@@ -113,8 +144,10 @@ class TileTable:
     def expand(self, first: int) -> None:
         """Store every row of the repeating region at ``first`` (if it is one): before a write
         to part of it."""
-        found = self._repeats.pop(first, None)
+        found = self._repeats.get(first)
         if found is not None:
+            self.writable()
+            del self._repeats[first]
             count, row = found
             _prefault(self.array, first + row, first + count)
             self.array[first:first + count].reshape(-1, row)[1:] = self.array[first:first + row]
@@ -122,8 +155,10 @@ class TileTable:
 
     def forget_rows(self, first: int) -> None:
         """Stop repeating the region at ``first`` (if it is one): before a write to all of it."""
-        found = self._repeats.pop(first, None)
+        found = self._repeats.get(first)
         if found is not None:
+            self.writable()
+            del self._repeats[first]
             _prefault(self.array, first, first + found[0])
             self._bounds = None
 

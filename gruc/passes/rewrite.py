@@ -4,14 +4,20 @@ variables a subtree writes), and the graph policy below.  Substituting tensors f
 :mod:`gruc.passes.elementwise_steps`.
 
 Graph policy (one for all passes).  A pass returns a *new* :class:`Module` whose programs are new
-trees; the graph is shared with the caller and only ever *extended*.  A pass adds variables, views
-and compute sets, and never edits or deletes what the caller built, so the caller's tensors and
-programs keep their meaning: running the original programs on the same graph still gives the
-original results.  Consequences worth knowing:
+trees.  A module owns what it may change: the graph of a module a pass is given is shared with
+whoever built it, so on that graph a pass only *adds* (variables, views, compute sets,
+functions) and never edits or deletes what the caller built — the caller's tensors and programs
+keep their meaning, and running the original programs on the same graph still gives the
+original results.  A pass that deletes or moves things returns a module over a graph of its own
+instead, copied with :func:`~gruc.ir.graph_copy.copy_module` (copy on write: the copy costs the
+structure kept, no tiles):
 
-* a compute set or variable a pass replaced stays in the graph; nothing executes or uses it any
-  more, so it costs no cycles and no memory (``plan-memory`` gives unused variables no bytes), and
-  the printed module still lists it;
+* ``dce`` deletes: the module it returns holds only what its programs use, so a compute set or
+  variable that a pass replaced or whose steps were removed is gone from the printed module too
+  (before ``dce`` runs, such leftovers stay in the shared graph, unexecuted and unplanned: they
+  cost no cycles and no memory);
+* ``shard`` moves the tiles of existing variables (host streams included), so it copies the
+  whole graph and changes its copy;
 * frozen program nodes are replaced, never edited, and a ``Sequence`` (mutable, and possibly still
   held by the user) is copied rather than changed;
 * a function body is graph state that every module over the graph may call, so a rewrite that
@@ -19,12 +25,13 @@ original results.  Consequences worth knowing:
   bodies alone, and ``inplace-fusion`` (both halves) gives the graph a new function that this
   module calls instead (:func:`rebuild_with_called_functions`); only a rewrite that is right
   for every caller (``exchange``) replaces a body;
-* a pass verifies the module it is given unless another pass made it (valid in, valid out), so a
-  pipeline verifies its input once, and invalid input fails naming the first pass.
+* a pass verifies the module it is given unless another pass made it (valid in, valid out: a
+  pass's result is sealed, :meth:`~gruc.ir.module.Module.sealed`), so a pipeline verifies its
+  input once, and invalid input fails naming the first pass.  What a pass works out about a
+  module (its liveness) is kept on the module (:meth:`~gruc.ir.module.Module.derived`), so it
+  goes when the module goes and a new module starts with nothing stale.
 
-The one exception is ``shard``: what it changes is the *placement* of existing variables (host
-streams included), which extending cannot do, so it returns a module over a copy of the graph and
-leaves the caller's alone.  Take the graph of a pass's result from the result (``module.graph``).
+Take the graph of a pass's result from the result (``module.graph``).
 
 Why here and not in each pass: every pass must rebuild trees the same way (keeping the identity of
 untouched subtrees, which analyses key on), and tensor substitution through views is subtle enough
@@ -33,7 +40,6 @@ to be written once.
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, Iterable, Iterator
 
 from gruc.ir.effects import EffectTable
@@ -45,48 +51,36 @@ from gruc.ir.verify import verify
 from gruc.passes.liveness import Liveness, analyse_liveness
 from gruc.passes.steps import mask_of
 
-_PASS_OUTPUTS: "weakref.WeakSet[Module]" = weakref.WeakSet()
-"""Modules some pass returned (see :func:`require_valid`)."""
-_LIVENESS: "weakref.WeakKeyDictionary[Module, Liveness]" = weakref.WeakKeyDictionary()
-
 
 def require_valid(module: Module) -> None:
-    """Verify a module a pass is given, unless a pass made it.
+    """Verify a module a pass is given, unless a pass made it (it is sealed).
 
     Valid in, valid out is every pass's contract (tests hold passes to it with verify-each), so
     within a pipeline only the first pass pays for verifying — a whole-module check that costs as
     much as a pass on a large graph."""
-    if module not in _PASS_OUTPUTS:
+    if not module.is_sealed:
         verify(module)
 
 
 def pass_output(module: Module) -> Module:
-    """``module`` as a pass returns it: valid by contract, and recorded as such.  A module the pass
-    was given (the caller's, whose programs the caller may still change) is returned as a new
-    Module over the same programs, so only modules made by passes are ever trusted."""
-    if module not in _PASS_OUTPUTS:
-        module = Module(module.graph, module.programs)
-        _PASS_OUTPUTS.add(module)
-    return module
+    """``module`` as a pass returns it: valid by contract, and sealed as such
+    (:meth:`Module.sealed`: a module the pass was given, which its caller may still change,
+    becomes a new module over the same programs)."""
+    return module.sealed()
 
 
 def verified(module: Module) -> Module:
-    """``module`` verified (unless a pass made it or it was verified so already) and trusted from
-    here on, as a pass's output is: a compiler checks its input once, before the pipeline, so a
-    bad input is reported as itself rather than as the failure of whichever pass happens to run
-    first."""
+    """``module`` verified (unless a pass made it) and sealed, as a pass's output is: a compiler
+    checks its input once, before the pipeline, so a bad input is reported as itself rather than
+    as the failure of whichever pass happens to run first."""
     require_valid(module)
-    return pass_output(module)
+    return module.sealed()
 
 
 def liveness_of(module: Module) -> Liveness:
-    """:func:`analyse_liveness` of ``module``, remembered for modules passes made (their programs
-    never change), so the next pass in a pipeline does not analyse the same module again."""
-    if module not in _PASS_OUTPUTS:
-        return analyse_liveness(module)
-    if module not in _LIVENESS:
-        _LIVENESS[module] = analyse_liveness(module)
-    return _LIVENESS[module]
+    """:func:`analyse_liveness` of ``module``, kept on a module a pass made (its programs never
+    change), so the next pass in a pipeline does not analyse the same module again."""
+    return module.derived(analyse_liveness)
 
 
 Rewrite = Callable[[Program], Program | None]

@@ -32,9 +32,10 @@ What it does (``N`` shards, poplibs' bounds :func:`~gruc.rnn_geometry.shard_time
   with poplibs' code reuse, so there is no state to hand over between shards.
 
 Placement is the one thing the shared-graph policy (:mod:`gruc.passes.rewrite`) does not let a pass
-change, and host-visible sequences must move too; so this pass works on a copy of the graph (made
-through the module's JSON form) and returns a module over that copy — use the result's ``graph``.
-The caller's graph and programs are untouched.
+change, and host-visible sequences must move too; so this pass works on a copy of the whole graph
+(:func:`~gruc.ir.graph_copy.copy_module`, whose tile table is copied when this pass first moves a
+tile) and returns a module over that copy — use the result's ``graph``.  The caller's graph and
+programs are untouched.
 
 ``num-shards``: the count (1 .. the largest that fits).  0 (the default) is poplibs' GRU memory
 heuristic read off the IR: as many shards as let the sequence tensors of the busiest tile take
@@ -55,6 +56,7 @@ import numpy as np
 
 from gruc.errors import GrucOptionError, GrucProgramError, expect
 from gruc.ir.graph import ComputeSet, Graph
+from gruc.ir.graph_copy import copy_module
 from gruc.ir.mapping import TileMapping
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
@@ -209,12 +211,6 @@ def _shard_loop(graph: Graph, loop: TimeLoop, count: int) -> Sequence:
     return Sequence(*items)
 
 
-def _copy(module: Module) -> Module:
-    from gruc.ir.serialize import module_from_json, module_to_json
-
-    return module_from_json(module_to_json(module))
-
-
 @dataclass(frozen=True)
 class Shard:
     """Split RNN time loops into shards on disjoint tile sets (poplibs' sequence sharding)."""
@@ -255,7 +251,7 @@ class Shard:
                f"option 'num-shards' is {wanted}, but at most {most} shards fit (the sequence "
                f"tensors' tile sets must stay disjoint and every shard needs a step); allowed "
                f"1..{most}")
-        module = _copy(module)
+        module = copy_module(module, erase_unused=False)
         graph = module.graph
         loops, _ = find_time_loops(module)
         shard = _placement(module, loops, wanted)

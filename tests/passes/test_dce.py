@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from gruc import (FLOAT, Copy, Execute, Graph, Module, PrintTensor, Repeat, Sequence, Target,
                   WriteUndef)
 from gruc.ir.expr import _1, _2, Const
+from gruc.ir.graph_copy import without_unused
+from gruc.ir.verify import verify
 from gruc.ops import map, map_in_place
 from gruc.passes.pipeline import run_pipeline
 from gruc.popnn.gru_layer import GruLayerConfig, build_layer
@@ -22,6 +26,16 @@ def graph_with_input():
 
 def leaves(module):
     return [n for n in module.programs[0].walk() if not isinstance(n, (Sequence, Repeat))]
+
+
+def described(node):
+    """A leaf by what it does, the same for a leaf and its copy in a graph dce made."""
+    if isinstance(node, Execute):
+        return ("execute", node.compute_set.name)
+    if isinstance(node, Copy):
+        return ("copy", tuple(v.name for v in node.src.variables()),
+                tuple(v.name for v in node.dst.variables()))
+    return (type(node).__name__,)
 
 
 def test_values_read_in_the_next_iteration_are_kept():
@@ -58,6 +72,31 @@ def test_gru_training_forward_keeps_everything_it_exposes():
                                        batch_size=2, tiles_per_ipu=4, save_intermediates=True))
     module = run_pipeline(Module(layer.graph, layer.programs), "canonicalize", verify_each=True).module
     after = run_pipeline(module, "dce", verify_each=True).module
-    removed = {id(n) for n in leaves(module)} - {id(n) for n in leaves(after)}
-    assert all(isinstance(n, Copy) and n.dst.variables()[0].name == "gru/begin"
-               for n in leaves(module) if id(n) in removed)  # only the unread shard start
+    removed = Counter(descriptions(module)) - Counter(descriptions(after))
+    assert removed and all(kind == "copy" and dst == ("gru/begin",)
+                           for kind, *_, dst in removed)  # only the unread shard start
+
+
+def descriptions(module):
+    return [described(n) for n in leaves(module)]
+
+
+def test_what_nothing_uses_goes_from_the_graph_and_the_callers_graph_keeps_it():
+    layer = build_layer(GruLayerConfig(sequence_size=2, input_size=8, output_size=4,
+                                       batch_size=2, tiles_per_ipu=4))
+    before = Module(layer.graph, layer.programs)
+    built = [list(table) for table in (layer.graph.variables, layer.graph.compute_sets)]
+    fused = run_pipeline(before, "canonicalize,inplace-fusion,copy-elim", verify_each=True).module
+    replaced = len(fused.graph.compute_sets) - len(_executed(fused))
+    after = run_pipeline(fused, "dce", verify_each=True).module
+    assert replaced > 0 and after.graph is not layer.graph
+    assert len(after.graph.compute_sets) == len(_executed(after)) == len(_executed(fused))
+    assert without_unused(after) is after  # no compute set, function or variable left unused
+    assert len(after.graph.variables) < len(layer.graph.variables)
+    for table, kept in zip((layer.graph.variables, layer.graph.compute_sets), built):
+        assert table[:len(kept)] == kept  # the caller's graph: only extended (fusion's sets)
+    verify(before)  # and its programs still valid as built
+
+
+def _executed(module):
+    return {id(node.compute_set) for node in module.walk() if isinstance(node, Execute)}
