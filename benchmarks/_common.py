@@ -44,7 +44,7 @@ def gruc_layer(shape: tuple[int, int, int, int], phase: str,
     device: the engine, the data, the layer and the seconds building and compiling took.  Imports
     the ``gruc`` this process finds (``ab.py``'s timing processes each find another build)."""
     from gruc import Engine
-    from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+    from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
     steps, batch, inputs, hidden = shape
     config = GruLayerConfig(sequence_size=steps, batch_size=batch, input_size=inputs,

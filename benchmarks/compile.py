@@ -39,7 +39,7 @@ SHAPE = {"batch_size": 64, "input_size": 256, "output_size": 256}
 CHILD = """
 import json, resource, time
 from gruc import Engine
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.engine import compile_program
 config = GruLayerConfig(sequence_size={length}, phase="all", **{shape})
 start = time.perf_counter()

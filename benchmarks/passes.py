@@ -40,7 +40,7 @@ from gruc.ops import map
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.shard import sequence_variables
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 PIPELINES = ["", "canonicalize", "inplace-fusion", "copy-elim", "dce", "exchange",
              DEFAULT_PIPELINE, DEFAULT_PIPELINE + ",exchange"]

@@ -30,7 +30,7 @@ from gruc.passes.pipeline import run_pipeline
 from gruc.passes.plan_memory import plan_memory
 from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, find_max,
                        plan_row, run_sweep)
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.cost import step_costs
 from gruc.runtime.lower import lower
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gruc.cli.gru import layer_title
 from gruc.plan.layer import plan_layer
-from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, run_layer
 from gruc.runtime.browser import chromium, console_errors, open_page
 from gruc.runtime.compare import compare_html
 from gruc.files import write_text_atomically

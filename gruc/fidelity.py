@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gruc.errors import GrucError, GrucValueError
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.tools.gru_layer import GruLayerConfig
 from gruc.runtime.report import Report
 from gruc.target import Target
 
@@ -143,7 +143,7 @@ TOOLS = {"gru_layer": (GRU_LAYER_FLAGS, GRU_LAYER_DEFAULTS),
 
 
 def layer_config(row: PoplarRow) -> Any:
-    """The gruc layer a row measures (a :class:`~gruc.popnn.gru_layer.GruLayerConfig`, or an
+    """The gruc layer a row measures (a :class:`~gruc.tools.gru_layer.GruLayerConfig`, or an
     ``FcConfig`` / ``GemmConfig`` of :mod:`gruc.tools.products`), on its device (uncompiled, as
     poplibs' test IPUModel), with nothing read back (``--ignore-data``); a GrucValueError says
     why a row cannot be built."""

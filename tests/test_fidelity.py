@@ -8,7 +8,7 @@ import pytest
 from gruc.errors import GrucValueError
 from gruc.fidelity import (FIGURES, PoplarRow, figures, layer_config, load_rows, measure,
                            parse_tool_flags, percent, plan_figures, summarise)
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.tools.gru_layer import GruLayerConfig
 from gruc.tools.products import FcConfig, GemmConfig
 
 

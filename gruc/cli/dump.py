@@ -13,7 +13,7 @@ from gruc.cli.gru import add_layer_flags, config_from
 from gruc.cli.opt import (FORMATS, add_pipeline_flags, apply_pipeline, format_module, output_file,
                           write_output)
 from gruc.ir.module import Module
-from gruc.popnn.gru_layer import build_layer
+from gruc.tools.gru_layer import build_layer
 from gruc.status import StatusLine
 from gruc.text import first_paragraph
 

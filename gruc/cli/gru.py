@@ -15,7 +15,7 @@ from typing import Any
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.plan.layer import PLAN_IGNORED, layer_step_counts
-from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
+from gruc.tools.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
 from gruc.runtime.page import require_plotly

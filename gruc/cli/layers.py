@@ -19,7 +19,7 @@ from gruc.cli import fc as fc_command
 from gruc.cli import gemm as gemm_command
 from gruc.cli import gru as gru_command
 from gruc.cli import products
-from gruc.popnn.gru_layer import build_layer, run_layer
+from gruc.tools.gru_layer import build_layer, run_layer
 from gruc.tools.products import FcConfig, GemmConfig, build_fc, build_gemm, run_product_layer
 
 DEFAULT_LAYER = "gru"

@@ -3,7 +3,7 @@
 A :class:`SweepSpec` names the kind of layer it plans (``gru``, the default, ``fc`` or ``gemm``:
 :data:`~gruc.plan.layers.PLANNED_LAYERS`) and holds fixed flags and swept ones (each with a tuple
 of values); its configurations are the cross product, first swept flag outermost, each validated
-by the kind's model (:class:`~gruc.popnn.gru_layer.GruLayerConfig`,
+by the kind's model (:class:`~gruc.tools.gru_layer.GruLayerConfig`,
 :class:`~gruc.tools.products.FcConfig`, :class:`~gruc.tools.products.GemmConfig`).
 :func:`parse_values` reads one flag's values from the command line:
 

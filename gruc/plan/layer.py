@@ -1,6 +1,6 @@
 """Plan-only GRU layers: the report a run of ``gruc gru`` would give, without running it.
 
-:func:`plan_layer` builds the layer exactly as :func:`~gruc.popnn.gru_layer.run_layer` does,
+:func:`plan_layer` builds the layer exactly as :func:`~gruc.tools.gru_layer.run_layer` does,
 compiles it with the same pipeline (the engine's default unless told otherwise) up to the memory
 plan and step costs — no lowering, no kernels — and counts steps statically
 (:mod:`gruc.plan.static`).  The only data-dependent control flow of the layer is the time loop of
@@ -10,7 +10,7 @@ each shard when rows have lengths (``--variable-time-steps`` or ``--with-real-ti
 either direction.  The layer's program holds one forward time loop per shard (shards in order)
 and, for the training phases, one or two reverse loops per shard (shards in reverse order).  The
 lengths are the ones a run writes: the flag's values, or for real time steps the seeded random
-lengths of :func:`~gruc.popnn.gru_layer.host_data` — so the plan equals the run exactly, not
+lengths of :func:`~gruc.tools.gru_layer.host_data` — so the plan equals the run exactly, not
 under a maximum-length assumption.
 
 The layer is the ``gru`` kind of :data:`gruc.plan.layers.PLANNED_LAYERS`, whose rows
@@ -36,7 +36,7 @@ from gruc.plan.figures import phase_cycles
 from gruc.plan.planned import effective_pipeline
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn import gru
-from gruc.popnn.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import compile_program
 from gruc.runtime.report import Cycles, Report
 from gruc.text import plural
@@ -54,7 +54,7 @@ LAYER_PHASES = {"fwd": ("fwd",), "bwd": ("fwd", "bwd"), "wu": ("fwd", "bwd", "wu
 CALL_PHASES = {"gru": "fwd", "augru": "fwd", "gru_bwd": "bwd", "augru_bwd": "bwd",
                "gru_bwd_wu": "bwd", "augru_bwd_wu": "bwd", "gru_wu": "wu", "augru_wu": "wu"}
 """The phase of each poplibs call by the name it gives what it builds (its default name, the
-one :func:`~gruc.popnn.gru_layer.build_layer` leaves); a ``.../wu/`` part of a backward call's
+one :func:`~gruc.tools.gru_layer.build_layer` leaves); a ``.../wu/`` part of a backward call's
 names is its weight update (``gru_bwd_wu/wu/...``, inside the backward loop or after it)."""
 
 SEARCHABLE = ("sequence_size", "input_size", "output_size", "batch_size", "shards",

@@ -33,7 +33,7 @@ from gruc.plan.planned import (ROW_COLUMNS, PlannedLayer, canonical, effective_p
                                number_problem)
 from gruc.plan.rows import short_text
 from gruc.plan.static import plan_program
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.tools.gru_layer import GruLayerConfig
 from gruc.runtime.report import Report
 from gruc.tools.products import (FcConfig, GemmConfig, ProductLayer, ProductToolConfig, build_fc,
                                  build_gemm)

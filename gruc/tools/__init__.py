@@ -4,5 +4,5 @@ A *tool* turns a validated configuration (its command-line flags) into a graph a
 runs them on host data and checks every result against a float64 reference, or plans them
 without running.  ``gruc fc`` and ``gruc gemm`` (:mod:`gruc.tools.products`) rebuild poplibs'
 ``fully_connected_layer`` and ``general_matrix_multiply``; the GRU's is
-:mod:`gruc.popnn.gru_layer`.
+:mod:`gruc.tools.gru_layer`.
 """

@@ -18,7 +18,7 @@ from gruc.ir.printer import print_module
 from gruc.ir.program import Copy, WriteUndef
 from gruc.ir.serialize import module_from_json
 from gruc.passes import PASSES
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.viz import dataflow_dot
 from cli_helpers import BUILT, GRUC, gruc
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gruc.cli import main
-from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, run_layer
 from gruc.runtime.browser import (browser_paths, chromium, console_errors, network_requests,
                                   open_page)
 from cli_helpers import SIZES, SMALL, batch_reports

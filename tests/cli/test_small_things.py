@@ -37,7 +37,7 @@ def test_viz_help_names_every_flag_that_goes_with_input(tmp_path, capsys):
     viz = viz._subparsers._group_actions[0].choices["gru"]  # --input replaces the GRU layer
     (described,) = [a.help for a in viz._actions if "--input" in a.option_strings]
     graph_module = tmp_path / "m.gruc"
-    from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+    from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
     layer = build_layer(GruLayerConfig(sequence_size=2, input_size=4, output_size=4,
                                        batch_size=2, tiles_per_ipu=4))

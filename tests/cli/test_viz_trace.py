@@ -18,7 +18,7 @@ from gruc.cli.layers import SHOWN_LAYERS
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.printer import print_module
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.runtime.engine import Engine
 from gruc.runtime.page_data import CATEGORIES, device_addresses, live_bytes, tile_categories
 from gruc.runtime.viz import dataflow_dot, tile_grid

@@ -31,7 +31,7 @@ from gruc.ir.serialize import module_to_json
 from gruc.ops import map_in_place
 from gruc.ops.dynamic import dynamic_slice
 from gruc.ops.reduce import reduce
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 HERE = Path(__file__).resolve().parent
 WALL_CLOCK_FIELDS = ("compile_seconds",)

@@ -40,7 +40,7 @@ from gruc.rnn_geometry import get_max_shards
 from gruc.passes.pipeline import parse_pipeline
 from gruc.plan import SweepSpec, find_max, make_executor, parse_values, run_sweep
 from gruc.popnn import gru
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.popnn.gru_params import GruOptions, GruParams
 from gruc.runtime.lower import CopyStep
 from gruc.files import write_text_atomically

@@ -20,7 +20,7 @@ from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from gruc.errors import GrucOptionError
-from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, run_layer
 from hardening_fuzz import fuzz_settings
 
 GATES = ("reset", "update", "candidate")

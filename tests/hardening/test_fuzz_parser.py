@@ -26,7 +26,7 @@ from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.serialize import module_from_json, module_to_json
 from gruc.ir.verify import verify
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from hardening_fuzz import fuzz_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 import pytest
 
-import gruc.popnn.gru_layer as gru_layer
+import gruc.tools.gru_layer as gru_layer
 import gruc.runtime.engine as engine_module
 from gruc import (FLOAT, INT, Copy, Engine, Graph, GrucTypeError, GrucVerifyError, Repeat,
                   Sequence, Target)

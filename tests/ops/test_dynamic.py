@@ -284,7 +284,7 @@ def test_a_long_gru_layer_s_slice_groups_never_list_a_sequence_row_by_row():
     """Compile time flat in the sequence length rests on this: every slice group of a training
     layer's loop takes its bases' first row and how far each run moves a row, never every row —
     including bases picked as one view of runs a row apart (a wide batch on few tiles)."""
-    from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+    from gruc.tools.gru_layer import GruLayerConfig, build_layer
     from gruc.runtime.codelets import dynamic as codelets
 
     steps = codelets.ROW_RUNS_MIN_ROWS + 2

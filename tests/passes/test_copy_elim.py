@@ -10,7 +10,7 @@ from gruc.ops import map
 from gruc.passes.copy_elim import CopyElimination
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
 from gruc.passes.plan_memory import plan_memory
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
 T4 = Target.custom(tiles_per_ipu=4)
 

@@ -11,7 +11,7 @@ from gruc.ir.graph_copy import without_unused
 from gruc.ir.verify import verify
 from gruc.ops import map, map_in_place
 from gruc.passes.pipeline import run_pipeline
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
 T4 = Target.custom(tiles_per_ipu=4)
 

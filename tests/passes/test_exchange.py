@@ -11,7 +11,7 @@ from gruc.errors import GrucVerifyError
 from gruc.ir.expr import _1, _2
 from gruc.ir.verify import verify
 from gruc.passes.pipeline import run_pipeline
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 T4 = Target.custom(tiles_per_ipu=4)
 

@@ -26,7 +26,7 @@ from gruc.passes.inplace_fusion import InplaceFusion
 from gruc.passes.liveness import analyse_liveness
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
 from gruc.passes.plan_memory import plan_memory
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 T4 = Target.custom(tiles_per_ipu=4)
 SHAPE = (4, 8)

@@ -23,7 +23,7 @@ from gruc.rnn_geometry import RnnParams, shard_time_bounds
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.shard import sequence_variables, shard_count
 from gruc.passes.time_loops import find_time_loops
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 from gruc.runtime.engine import Engine
 
 LAYER = dict(sequence_size=200, input_size=16, output_size=8, batch_size=2, tiles_per_ipu=20)

@@ -298,7 +298,7 @@ def test_metrics_plots_use_log_axes_over_decades_and_integer_ticks():
 def test_heatmap_is_the_tile_maps_grid_on_a_scale_fitted_to_the_data():
     from gruc.plan.layer import plan_layer
     from gruc.plan.plots import heatmap_figure
-    from gruc.popnn.gru_layer import GruLayerConfig
+    from gruc.tools.gru_layer import GruLayerConfig
     from gruc.runtime.viz import tile_grid
 
     plan = plan_layer(GruLayerConfig(sequence_size=3, input_size=8, output_size=8,

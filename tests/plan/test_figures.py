@@ -12,7 +12,7 @@ from gruc.plan.figures import (MACS_PER_CONV_UNIT_PER_CYCLE, PHASES, amp_peak_fl
 from gruc.plan import figures
 from gruc.plan.layers import upgrade_row
 from gruc.plan.planned import ROW_COLUMNS
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.tools.gru_layer import GruLayerConfig
 from gruc.target import Target
 from gruc.tools.products import FcConfig
 

@@ -8,7 +8,7 @@ import pytest
 
 from gruc.errors import GrucParseError
 from gruc.plan import ROW_COLUMNS, config_key, plan_layer, plan_row
-from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, run_layer
 
 SMALL = dict(sequence_size=7, input_size=5, output_size=4, batch_size=3, tiles_per_ipu=64,
              backend="numpy")

@@ -7,7 +7,7 @@ import pytest
 from gruc.errors import GrucValueError
 from gruc.plan import (ProcessExecutor, RowStore, SerialExecutor, SweepSpec, find_max, plan_row,
                        search)
-from gruc.popnn.gru_layer import GruLayerConfig
+from gruc.tools.gru_layer import GruLayerConfig
 from gruc.target import MAX_TILES_PER_IPU
 
 LAYER = {"input_size": 64, "output_size": 64, "batch_size": 32, "tiles_per_ipu": 1, "shards": 1}

@@ -12,7 +12,7 @@ from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.rnn_geometry import get_max_shards
 from gruc.popnn import gru, gru_reference
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, host_data, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data, run_layer
 
 ORDERS = [("reset", "update", "candidate"), ("update", "candidate", "reset")]
 ACTIVATIONS = ["tanh", "sigmoid", "hard_sigmoid", "relu", "softmax"]

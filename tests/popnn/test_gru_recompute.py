@@ -12,7 +12,7 @@ from gruc.cli import main as gruc_main
 from gruc.errors import GrucOptionError
 from gruc.plan.layer import plan_layer
 from gruc.popnn import gru
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, run_layer
 from gruc.popnn.gru_stack import GruStack, GruStackParams
 
 ORDER = ("update", "candidate", "reset")

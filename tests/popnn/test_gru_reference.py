@@ -9,7 +9,7 @@ import pytest
 
 from gruc.errors import GrucError, GrucOptionError, GrucShapeError, GrucTypeError, GrucValueError
 from gruc.popnn import gru_reference as ref
-from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+from gruc.tools.gru_layer import GruLayerConfig, run_layer
 
 ORDERS = [("reset", "update", "candidate"), ("update", "candidate", "reset")]
 GRAD_NAMES = ("x", "h0", "input_weights", "output_weights", "biases", "attention")

@@ -14,7 +14,7 @@ from gruc.ir.tile_table import TileTable
 from gruc.ir.module import Module
 from gruc.ops import add, dynamic_slice
 from gruc.passes.liveness import analyse_liveness
-from gruc.popnn.gru_layer import GruLayerConfig, build_layer
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime import cost
 from gruc.runtime.engine import compile_program
 

@@ -370,7 +370,7 @@ def test_an_engine_that_never_ran_has_no_trace():
 def test_the_trace_of_a_training_layer_nests_to_the_bit(tmp_path):
     """Thousands of events at a clock whose cycle is no binary fraction of a microsecond: with
     times as plain products, hundreds of events overran their parent by a rounding step."""
-    from gruc.popnn.gru_layer import GruLayerConfig, run_layer
+    from gruc.tools.gru_layer import GruLayerConfig, run_layer
 
     config = GruLayerConfig(sequence_size=4, input_size=4, output_size=4, batch_size=2,
                             tiles_per_ipu=16, phase="all", backend="numpy")

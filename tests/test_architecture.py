@@ -1,0 +1,61 @@
+"""The picture of docs/architecture.md, held against the code: every import runs down the layers,
+and the definition of a program imports neither the compiler's back end nor numba."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "gruc"
+
+LAYERS = {
+    # leaves: import nothing of gruc above them
+    "errors": 0, "text": 0, "files": 0, "types": 0, "validated": 0, "target": 0,
+    "rnn_geometry": 0, "data": 0, "status": 0,
+    "ir": 1,                      # what a program is
+    "ops": 2, "popnn": 2,         # builders: poplibs-style ops and layers
+    "passes": 3,                  # rewrites, analyses, the memory plan
+    "runtime": 4,                 # running and costing a program
+    "tools": 5,                   # layers built, run and checked from flags
+    "plan": 6, "fidelity": 6,     # studies over tools' layers
+    "cli": 7, "__main__": 8, "__init__": 8,
+}
+"""docs/architecture.md's layers, bottom (0) to top: a module may import from its own layer
+and the ones below."""
+
+
+def _imports(path: Path) -> list[str]:
+    """The gruc modules ``path`` imports, at its top or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return [name for name in found if name.split(".")[0] == "gruc" and "." in name]
+
+
+def test_every_import_runs_down_the_layers():
+    assert {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+            if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("__"))} == set(LAYERS)
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        layer = LAYERS[path.relative_to(PACKAGE).parts[0].removesuffix(".py")]
+        for name in _imports(path):
+            if LAYERS[name.split(".")[1]] > layer:
+                upward.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    assert upward == []
+
+
+def test_building_a_program_needs_no_back_end():
+    """Graph building, the text IR, the ops and the GRU builders load neither the passes, the
+    runtime nor numba: a study that only builds pays for none of them."""
+    code = ("import sys, gruc.ir.parser, gruc.ir.printer, gruc.ir.verify, gruc.ops, "
+            "gruc.popnn.gru; print(sorted({m.split('.')[0] if not m.startswith('gruc.') else "
+            "'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith(('numba', "
+            "'llvmlite', 'gruc.passes', 'gruc.runtime'))}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
