@@ -60,3 +60,16 @@ def dtype_of(value: DType | str) -> DType:
         return _BY_NAME[value.lower()]
     allowed = ", ".join(t.name for t in ALL_TYPES)
     raise GrucTypeError(f"unknown element type {value!r}; allowed: {allowed}")
+
+
+def float_type_name(value: DType | str, what: str = "type") -> str:
+    """The canonical name of the floating-point type ``value`` names by any name
+    :func:`dtype_of` takes, so two spellings make one configuration (one sweep row); a
+    ``ValueError`` naming ``value`` otherwise, as a pydantic validator raises it."""
+    try:
+        dtype = dtype_of(value)
+    except GrucTypeError:
+        dtype = None
+    if dtype is None or not dtype.is_float:
+        raise ValueError(f"{what} {value!r} is not one of: half, float")
+    return dtype.name

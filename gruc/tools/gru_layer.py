@@ -26,7 +26,8 @@ from gruc.popnn import gru, gru_reference
 from gruc.popnn.gru_params import GruParams, parse_activation
 from gruc.runtime.engine import Engine
 from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, DeviceType, Target
-from gruc.types import UNSIGNED_INT, dtype_of
+from gruc.tools.run import ToolRun
+from gruc.types import UNSIGNED_INT, dtype_of, float_type_name
 from gruc.validated import GrucModel
 
 TRAINING_READS = {"input_grad": "input_grad", "init_state_grad": "init_state_grad",
@@ -105,15 +106,7 @@ class GruLayerConfig(GrucModel):
     @field_validator("data_type")
     @classmethod
     def _type(cls, value: str) -> str:
-        """The data type by any name :func:`~gruc.types.dtype_of` takes, kept as its canonical name
-        so two spellings make one configuration (one sweep row); half or float only."""
-        try:
-            dtype = dtype_of(value)
-        except GrucTypeError:
-            dtype = None
-        if dtype is None or not dtype.is_float:
-            raise ValueError(f"data type {value!r} is not one of: half, float")
-        return dtype.name
+        return float_type_name(value, "data type")
 
     @field_validator("partials_type")
     @classmethod
@@ -300,11 +293,10 @@ def _build_backward(layer: GruLayer, h0: Tensor, x: Tensor, weights: gru.GruWeig
 
 
 @dataclass
-class LayerRun:
+class LayerRun(ToolRun):
     """What :func:`run_layer` measured and checked."""
 
     layer: GruLayer
-    engine: Engine
     outputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]
     failures: dict[str, int]
@@ -314,11 +306,6 @@ class LayerRun:
     build_seconds: float
     compile_seconds: float
     run_seconds: float
-
-    @property
-    def checked(self) -> bool:
-        """Whether the outputs were checked (not with ``ignore_data``: there was no host data)."""
-        return not self.layer.config.ignore_data
 
     @property
     def passed(self) -> bool:

@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from gruc.errors import GrucTypeError
 from gruc.ir.graph import Graph
 from gruc.ir.program import Repeat, Sequence
 from gruc.ir.tensor import Tensor
@@ -41,7 +40,8 @@ from gruc.ir import expr as ex
 from gruc.popnn.gru_reference import check_is_close
 from gruc.runtime.engine import Engine
 from gruc.target import MAX_IPUS, MAX_TILES_PER_IPU, DeviceType, Target
-from gruc.types import DType, dtype_of
+from gruc.tools.run import ToolRun
+from gruc.types import DType, dtype_of, float_type_name
 from gruc.validated import GrucModel
 
 PASSES = ("fwd", "bwd", "wu", "all")
@@ -75,13 +75,7 @@ class ProductToolConfig(GrucModel):
     @field_validator("data_type", "partials_type")
     @classmethod
     def _float_type(cls, value: str) -> str:
-        try:
-            dtype = dtype_of(value)
-        except GrucTypeError:
-            dtype = None
-        if dtype is None or not dtype.is_float:
-            raise ValueError(f"type {value!r} is not one of: half, float")
-        return dtype.name
+        return float_type_name(value)
 
     @property
     def dtype(self) -> DType:
@@ -315,18 +309,13 @@ def product_reference(config: ProductToolConfig, values: dict[str, np.ndarray]
 
 
 @dataclass
-class ProductRun:
+class ProductRun(ToolRun):
     """What :func:`run_product_layer` ran and checked."""
 
     layer: ProductLayer
-    engine: Engine
     mismatches: dict[str, list[str]]
     compile_seconds: float
     run_seconds: float
-
-    @property
-    def checked(self) -> bool:
-        return not self.layer.config.ignore_data
 
     @property
     def passed(self) -> bool:
