@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gruc.errors import GrucValueError
-from gruc.plan.executors import make_executor
+from gruc.plan.executors import SerialExecutor, make_executor
 from gruc.plan.derived import Derivation, flag_of
 from gruc.plan.grid import SweepSpec, check_spec
 from gruc.plan.layers import config_key, plan_row, planned_layer
@@ -270,8 +270,10 @@ def find_max(spec: SweepSpec, flag: str, out: str | os.PathLike, *, limit: int =
         items = [{"config": config.model_dump(),
                   "known": known.get(_without(config_key(config, spec.pipeline), varying), {})}
                  for config in points]
-        if len(points) == 1:
-            searched = [_search_here(search, items[0], flag, store, progress)]
+        if len(points) == 1 or isinstance(executor, SerialExecutor):
+            # in this process: every probe's row is stored as it is planned, so a study killed
+            # in a search (a plan too big for the host) resumes from its probes, not from nothing
+            searched = [_search_here(search, item, flag, store, progress) for item in items]
         else:
             searched = _search_on(executor, search, items, store, progress)
         results = []

@@ -188,3 +188,26 @@ def test_a_dip_just_past_the_boundary_is_stepped_over():
     rows.clear()
     fits = set(range(1, 751)) | {755}                      # further past than the search looks
     assert search._bracket(evaluate, 1, 4096) == (750, 751)
+
+
+def test_a_study_killed_in_a_search_keeps_every_probe_planned_in_this_process(tmp_path,
+                                                                              monkeypatch):
+    """Searching several points one after another here (``--jobs 1``), each probe's row is on
+    disk as soon as it is planned: a study the host kills in a big plan (the out-of-memory killer
+    on an IPU-sized layer) resumes from its probes instead of planning them all again."""
+    spec = SweepSpec(fixed={"input_size": 4, "output_size": 4, "tiles_per_ipu": 1, "shards": 1,
+                            "sequence_size": 4}, swept={"batch_size": (2, 3)})
+    planned = []
+    real = search.plan_row
+
+    def dies_on_the_fourth_plan(config, *args, **kwargs):
+        if len(planned) == 3:
+            raise KeyboardInterrupt  # as good as a kill: nothing after it runs
+        planned.append(config)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(search, "plan_row", dies_on_the_fourth_plan)
+    with pytest.raises(KeyboardInterrupt):
+        find_max(spec, "output_size", tmp_path, executor=SerialExecutor())
+    assert [row["output_size"] for row in RowStore(tmp_path).rows] == \
+        [config.output_size for config in planned]
