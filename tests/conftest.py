@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from typing import Callable
+
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -17,3 +20,16 @@ settings.load_profile("gruc")
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1002)
+
+
+def _default_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def hears_ctrl_c() -> Callable[[], None]:
+    """A ``preexec_fn`` giving a child about to be sent Ctrl-C SIGINT's default action, as a
+    terminal does.  A shell that starts the suite in the background without job control
+    (``pytest &`` in a script) leaves SIGINT ignored; every child inherits that, Python then
+    installs no KeyboardInterrupt handler, and the child never hears the test's Ctrl-C."""
+    return _default_ctrl_c

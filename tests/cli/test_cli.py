@@ -122,7 +122,7 @@ def test_help_and_a_mistyped_command_load_no_subcommand_but_the_one_named(argv, 
         assert "invalid choice: 'bogus' (choose from 'gru', 'fc', 'gemm', 'passes'" in done.stderr
 
 
-def test_ctrl_c_while_the_engine_loads_is_one_line():
+def test_ctrl_c_while_the_engine_loads_is_one_line(hears_ctrl_c):
     """SIGINT as soon as the command line is importable: it lands while ``main`` loads the
     subcommands (numba and all, most of a second), which used to end in a traceback.  The child
     says it is ready from inside ``main`` (as it starts building the parser): a signal sent
@@ -135,7 +135,7 @@ def test_ctrl_c_while_the_engine_loads_is_one_line():
                 "cli.build_parser = announced\n"
                 f"sys.exit(cli.main({['gru', *SIZES]!r}))")
     child = subprocess.Popen(
-        [sys.executable, "-c", announce],
+        [sys.executable, "-c", announce], preexec_fn=hears_ctrl_c,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "ready\n"
     child.send_signal(signal.SIGINT)

@@ -243,14 +243,15 @@ def _ignores_ctrl_c(pid: int) -> bool:
     return bool(ignored & (1 << (signal.SIGINT - 1)))
 
 
-def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path, hears_ctrl_c):
     """A terminal's Ctrl-C reaches the whole process group; the pool's workers, still importing
     gruc, used to print a KeyboardInterrupt traceback each (exit 130 is right, the noise is
     not)."""
     plan = subprocess.Popen(
-        [*GRUC, "plan", *SMALL[:-2], "--jobs", "2", "--batch-size", "1:4", "--out",
-         str(tmp_path / "out")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        [*GRUC, "plan", *SMALL[:-2], "--jobs", "2", "--batch-size", "1:64", "--out",
+         str(tmp_path / "out")],  # more plans than a loaded machine finishes before the signal
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=hears_ctrl_c)
     for _ in range(6000):  # both workers are importing gruc (about a second), and the parent
         if (_spawned_workers(plan.pid) == 2 and not _ignores_ctrl_c(plan.pid)  # is done starting
                 or plan.poll() is not None):                                   # them
