@@ -14,6 +14,9 @@ expanded.
 
 from __future__ import annotations
 
+import functools
+import weakref
+
 import numpy as np
 
 from gruc.ir.mapping import distinct
@@ -25,9 +28,12 @@ _CHECKED_BELOW = 1 << 22
 """Rows of fewer tiles than this are compared with a copy at every use (a memo is never stale);
 longer ones are trusted while the table's array and the variable's row length are unchanged."""
 
-_MEMO: dict[int, "VariableTiles"] = {}
+_MEMO: dict[int, "tuple[weakref.ref[Variable], VariableTiles]"] = {}
 """The last :class:`VariableTiles` of each variable, by ``id``: a step's thousand dynamic slice
-vertices read one sequence."""
+vertices read one sequence.  It holds its variables weakly and forgets a variable's entry when
+the variable goes: a memo that held them would keep each one's whole graph alive, and a study
+planning layer after layer in one process grew by a graph a plan (378 MB a plan of a 768-wide
+training GRU on an ipu2)."""
 
 
 class VariableTiles:
@@ -35,13 +41,12 @@ class VariableTiles:
     that repeats (a sequence laid out alike at every step), or every element (``length`` = its
     size); with the row's elements sorted by tile, made when first asked."""
 
-    __slots__ = ("variable", "row", "length", "repeats", "key", "num_tiles", "_snapshot",
-                 "_counts", "_order", "_starts")
+    __slots__ = ("row", "length", "repeats", "key", "num_tiles", "_snapshot", "_counts",
+                 "_order", "_starts")
 
     def __init__(self, variable: Variable, key: tuple) -> None:
         graph = variable.graph
         view = graph.element_tile_view(variable)
-        self.variable = variable
         self.key = key
         self.repeats = bool(view.ndim > 0 and repeats_its_rows(view))
         self.row = (view[0] if self.repeats else view).reshape(-1)
@@ -113,13 +118,21 @@ def variable_tiles(variable: Variable) -> VariableTiles:
     and the variable its row length."""
     table = variable.graph._table  # noqa: SLF001 (read only: which array, which row length)
     key = (id(table.array), table.repeating_row(variable.first_id))
-    found = _MEMO.get(id(variable))
-    if found is not None and found.variable is variable and found.key == key:
-        return found
+    entry = _MEMO.get(id(variable))
+    if entry is not None and entry[0]() is variable and entry[1].key == key:
+        return entry[1]
     if len(_MEMO) >= _MEMO_ENTRIES:
         _MEMO.pop(next(iter(_MEMO)))
-    _MEMO[id(variable)] = found = VariableTiles(variable, key)
+    found = VariableTiles(variable, key)
+    _MEMO[id(variable)] = (weakref.ref(variable, functools.partial(_forget, id(variable))), found)
     return found
+
+
+def _forget(key: int, _gone: "weakref.ref[Variable]") -> None:
+    """A memo entry's variable has gone: drop the entry (its tiles view the graph's table)."""
+    entry = _MEMO.get(key)
+    if entry is not None and entry[0] is _gone:
+        del _MEMO[key]
 
 
 def whole_variable(tensor: Tensor) -> bool:
