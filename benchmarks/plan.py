@@ -25,14 +25,14 @@ import time
 from _common import median_seconds, parse_no_options, write_result
 from gruc.ir.module import Module
 from gruc.ir.verify import verify
+from gruc.memory.planner import plan_memory
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import run_pipeline
-from gruc.passes.plan_memory import plan_memory
 from gruc.plan import (ProcessExecutor, SerialExecutor, StaticProgram, SweepSpec, find_max,
                        plan_row, run_sweep)
-from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime.cost import step_costs
 from gruc.runtime.lower import lower
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
 SMALL = GruLayerConfig(batch_size=16, input_size=2, output_size=8, sequence_size=20,
                        tiles_per_ipu=20)

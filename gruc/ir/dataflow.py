@@ -33,7 +33,7 @@ LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
 
 def steps_of(module: Module) -> Iterator[Program]:
     """The step nodes of ``module``, in the order liveness, the memory plan and the report number
-    them (:mod:`gruc.passes.steps`): the entry programs, then each function the module calls, once
+    them (:mod:`gruc.analysis.steps`): the entry programs, then each function the module calls, once
     (:attr:`Module.functions`); a ``RepeatWhileTrue``'s predicate read after its condition and
     before its body, an ``If``'s before its branches."""
 

@@ -27,12 +27,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import ClassVar
 
+from gruc.analysis.liveness import Liveness
 from gruc.ir.effects import EffectTable
 from gruc.ir.layout import same_ids
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Program
 from gruc.ir.tensor import Tensor
-from gruc.passes.liveness import Liveness
 from gruc.passes.rebase import Rebase
 from gruc.passes.rewrite import (liveness_of, pass_output, rebuild_programs, remove_dead_steps,
                                  require_valid, shaped, variables_touched, walk_functions,

@@ -54,13 +54,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from gruc.analysis.liveness import Liveness
 from gruc.ir import expr as ex
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Execute, Program, Sequence
 from gruc.ir.tensor import Tensor, Variable
-from gruc.passes.liveness import Liveness
 from gruc.passes.elementwise_steps import (ElementwiseStep, ElementwiseVertex, elementwise_step,
                                            plan_elementwise_vertex, substitute_placeholders)
 from gruc.passes.rebase import Rebase

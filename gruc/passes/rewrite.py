@@ -42,14 +42,14 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from gruc.analysis.liveness import Liveness, analyse_liveness
+from gruc.analysis.steps import mask_of
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import Function, Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
 from gruc.ir.tensor import Tensor, Variable
 from gruc.ir.verify import verify
-from gruc.passes.liveness import Liveness, analyse_liveness
-from gruc.passes.steps import mask_of
 
 
 def require_valid(module: Module) -> None:

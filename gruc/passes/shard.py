@@ -10,7 +10,7 @@ tile set, so a tile holds ``S / N`` steps instead of ``S``: the sequence bytes p
 step rows crossing from the shard's tiles to the cell's, and of using more tiles.  The results do
 not change: every step still runs the same cell on the same values, in the same order.
 
-What it matches (:mod:`gruc.passes.time_loops`).  A *time loop* is a ``Repeat(n, body)`` in an entry Sequence whose body slices
+What it matches (:mod:`gruc.analysis.time_loops`).  A *time loop* is a ``Repeat(n, body)`` in an entry Sequence whose body slices
 and updates *sequence tensors* with ``DynamicSlice`` / ``DynamicUpdate`` vertices (one row of an
 ``[n, M]`` base) at a one-element *counter*.  The counter is set by a ``Copy`` from a constant
 before the loop, moved by ``+1`` / ``-1`` by a one-vertex ``MapInPlace`` as the first or last step
@@ -54,6 +54,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gruc.analysis.time_loops import TimeLoop, find_time_loops
 from gruc.errors import GrucOptionError, GrucProgramError, expect
 from gruc.ir.graph import ComputeSet, Graph
 from gruc.ir.graph_copy import copy_module
@@ -61,11 +62,10 @@ from gruc.ir.mapping import TileMapping
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
 from gruc.ir.tensor import Tensor, Variable, concat
-from gruc.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
 from gruc.passes.rebase import add_vertex_like
 from gruc.passes.rewrite import (pass_output, rebuild, rebuild_programs, replacing,
                                  require_valid)
-from gruc.passes.time_loops import TimeLoop, find_time_loops
+from gruc.rnn_geometry import GRU_OPERAND_MEMORY_FRACTION, shard_time_bounds
 
 __all__ = ["Shard", "sequence_variables", "shard_count"]
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gruc.passes.steps import Step
+from gruc.analysis.steps import Step
 from gruc.runtime.report import Cycles, Report
 from gruc.target import Target
 from gruc.types import FLOAT, dtype_of

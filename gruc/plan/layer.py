@@ -25,21 +25,21 @@ from typing import Sequence
 
 import numpy as np
 
+from gruc.analysis.steps import Step
 from gruc.errors import GrucProgramError
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, If, RepeatWhileTrue, WriteUndef
-from gruc.rnn_geometry import shard_time_bounds
-from gruc.passes.steps import Step
 from gruc.passes.pipeline import parse_pipeline
 from gruc.passes.shard import Shard, shard_count
 from gruc.plan.figures import phase_cycles
 from gruc.plan.planned import effective_pipeline
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn import gru
-from gruc.tools.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
+from gruc.rnn_geometry import shard_time_bounds
 from gruc.runtime.engine import compile_program
 from gruc.runtime.report import Cycles, Report
 from gruc.text import plural
+from gruc.tools.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
 
 PLAN_IGNORED = ("backend", "rel_tolerance", "abs_tolerance", "weights_range")
 """Layer flags that change how a layer runs or is checked, never its plan."""

@@ -14,7 +14,7 @@ structure alone and give *the same* report as a run of the same program:
   ``trips`` times — the interpreter's accounting) and the branch each ``If`` takes, both keyed by
   the index of the loop's or branch's predicate step.
 
-Steps are numbered exactly as :mod:`gruc.passes.liveness` numbers them (entry programs first, then
+Steps are numbered exactly as :mod:`gruc.analysis.liveness` numbers them (entry programs first, then
 the functions they call; a ``RepeatWhileTrue`` predicate after its condition), and the walk checks
 each leaf against that numbering, so a disagreement fails loudly instead of shifting counts.
 """
@@ -27,11 +27,11 @@ from typing import Mapping, Sequence as Seq
 
 import numpy as np
 
+from gruc.analysis.steps import Step
 from gruc.errors import GrucProgramError, GrucValueError
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
-from gruc.passes.steps import Step
 from gruc.runtime.engine import CompiledProgram, compile_program
 from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.report import Report

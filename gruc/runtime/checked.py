@@ -40,7 +40,7 @@ import numpy as np
 
 from gruc.errors import GrucMemoryError
 from gruc.ir.module import Module
-from gruc.passes.plan_memory import MemoryPlan
+from gruc.memory.plan import MemoryPlan
 from gruc.runtime.interp import (NUMPY_VERTICES, Interpreter, Prepared, PrepareVertex,
                                  numpy_copy)
 from gruc.runtime.lower import (CopyStep, DeviceMemory, Executable, ExecuteStep, LoweredVertex,

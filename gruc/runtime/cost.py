@@ -21,13 +21,13 @@ from typing import Callable, Iterator
 import numpy as np
 from numba import njit
 
+from gruc.analysis.steps import Step
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.layout import ConcatOp, ReshapeOp, SliceOp
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.ir.tile_table import repeats_its_rows
-from gruc.passes.steps import Step
 from gruc.target import Target
 
 VERTEX_OVERHEAD_CYCLES = 50

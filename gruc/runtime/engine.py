@@ -29,15 +29,16 @@ from gruc.ir.heap import deferred_full_collections, note_release
 from gruc.ir.module import Module
 from gruc.ir.program import Program
 from gruc.ir.verify import check_initialized
-from gruc.passes.plan_memory import MemoryPlan, plan_memory
+from gruc.memory.plan import MemoryPlan
+from gruc.memory.planner import plan_memory
 from gruc.passes.rewrite import require_valid, verified
 from gruc.runtime import codelets  # noqa: F401  (fills the vertex tables)
 from gruc.runtime.checked import CheckedInterpreter
 from gruc.runtime.cost import StepCost, step_costs
 from gruc.runtime.footprint import MEMORY_MODELS, Footprint, memory_footprint
-from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.interp import Interpreter
 from gruc.runtime.lower import DeviceMemory, Operand, lower
+from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.report import Report, memory_lines, overflow_lines
 from gruc.runtime.trace import chrome_trace, write_chrome_trace
 from gruc.runtime.verify_memory import verify_memory

@@ -1,6 +1,6 @@
 """Tile memory as Poplar counts it: every category, per tile, and where it lies.
 
-The memory plan (:mod:`gruc.passes.plan_memory`) places tensor data.  A Poplar tile holds more,
+The memory plan (:mod:`gruc.memory.planner`) places tensor data.  A Poplar tile holds more,
 and Poplar's memory report counts all of it (category names as in its graph profile):
 
 * ``variable`` / ``constant``: tensor data, from the plan: always-live, and the not-always-live
@@ -43,8 +43,8 @@ from gruc.ir.codelets.matmul import FIELD_N, block_tiles, blocking_of, method_of
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
-from gruc.passes.memory_plan import MemoryPlan, TileOverflow
-from gruc.passes.plan_memory import LARGEST_SHOWN, tile_total
+from gruc.memory.plan import MemoryPlan, TileOverflow
+from gruc.memory.planner import LARGEST_SHOWN, tile_total
 from gruc.runtime.cost import StepCost
 from gruc.target import Target
 

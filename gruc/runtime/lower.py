@@ -27,15 +27,16 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
+from gruc.analysis.liveness import Liveness
 from gruc.errors import GrucProgramError
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
                              RepeatWhileTrue, Sequence, Sync, WriteUndef)
 from gruc.ir.tensor import Tensor
-from gruc.passes.liveness import Liveness
-from gruc.passes.plan_memory import MemoryPlan
-from gruc.passes.row_runs import RowRuns
+from gruc.memory.plan import MemoryPlan
+from gruc.runtime.addresses import PlanAddresses
+from gruc.runtime.row_runs import RowRuns
 from gruc.types import ALL_TYPES, DType
 
 TILE_STRIDE_ALIGNMENT = 64
@@ -132,7 +133,7 @@ class Operand:
 
     def row_runs(self) -> RowRuns | None:
         """The first row's :meth:`index_runs` and how far each run moves a row, if every row is
-        the first moved run by run (see :meth:`MemoryPlan.row_index_runs`); else None.  Nothing
+        the first moved run by run (see :meth:`PlanAddresses.row_index_runs`); else None.  Nothing
         per row is computed: a slice group over a long sequence keeps one row's pieces.  The
         checks see the first and the last row: a run's rows lie address by address between
         those two, in one block when both ends are in one (an operand whose checks cannot take
@@ -286,6 +287,7 @@ class _Lowering:
         self.module = module
         self.graph: Graph = module.graph
         self.plan = plan
+        self.addresses = PlanAddresses(plan)
         self.steps = liveness.steps
         self.next_step = 0
         self.tile_stride = host_tile_stride(plan.host_extent)
@@ -296,9 +298,9 @@ class _Lowering:
 
     def operand(self, tensor: Tensor) -> Operand:
         return Operand(tensor.dtype, None, tensor.shape, tensor,
-                       partial(self.plan.element_indices, tensor, self.tile_stride),
-                       partial(self.plan.index_runs, tensor, self.tile_stride),
-                       partial(self.plan.row_index_runs, tensor, self.tile_stride))
+                       partial(self.addresses.element_indices, tensor, self.tile_stride),
+                       partial(self.addresses.index_runs, tensor, self.tile_stride),
+                       partial(self.addresses.row_index_runs, tensor, self.tile_stride))
 
     def field_operand(self, tensor: Tensor) -> Operand:
         """The operand of a vertex field, one per tensor object: fields that share a tensor share

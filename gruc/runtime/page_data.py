@@ -31,7 +31,7 @@ from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.printer import format_type
 from gruc.ir.program import Execute
-from gruc.passes.memory_plan import MemoryPlan
+from gruc.memory.plan import MemoryPlan
 from gruc.runtime.footprint import ALWAYS_LIVE_CATEGORIES, Footprint
 from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, Executable, ExecuteStep,
                                 Loop, MarkStep, PrintStep, WhileLoop)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from gruc.analysis.steps import Step
 from gruc.errors import GrucValueError
 from gruc.files import write_text_atomically
-from gruc.passes.steps import Step
-from gruc.passes.plan_memory import TileOverflow
+from gruc.memory.plan import TileOverflow
 from gruc.runtime.cost import StepCost
 from gruc.runtime.footprint import Footprint
 from gruc.target import Target

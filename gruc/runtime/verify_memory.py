@@ -55,7 +55,7 @@ from gruc.errors import GrucVerifyError
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.tensor import Tensor, Variable
-from gruc.passes.plan_memory import MemoryPlan
+from gruc.memory.plan import MemoryPlan
 from gruc.runtime.lower import (Block, Branch, CopyStep, Executable, ExecuteStep, Loop,
                                 LoweredVertex, Operand, PrintStep, WhileLoop)
 

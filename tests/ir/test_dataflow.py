@@ -5,8 +5,8 @@ import networkx as nx
 from gruc import (FLOAT, Call, Copy, Graph, If, Module, Repeat, RepeatWhileTrue, Sequence, Target,
                   WriteUndef)
 from gruc.ir.dataflow import critical_path, dataflow_graph, step_dependencies, steps_of
-from gruc.ir.graph import Function
 from gruc.ir.expr import _1, Const
+from gruc.ir.graph import Function
 from gruc.ops import map, map_in_place
 
 
@@ -60,7 +60,7 @@ def test_critical_path_weights_steps():
 
 
 def test_steps_are_numbered_as_liveness_and_the_report_number_them():
-    from gruc.passes.liveness import analyse_liveness
+    from gruc.analysis.liveness import analyse_liveness
 
     g = Graph(Target.custom(tiles_per_ipu=2))
     x, y, p = (g.add_variable(FLOAT, (4,), name) for name in "xyp")

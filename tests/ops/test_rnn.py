@@ -17,6 +17,7 @@ from gruc.ops import (RnnParams, StateSequence, create_initial_state, create_inp
                       get_max_shards, get_output_bytes_per_tile, map, map_in_place,
                       map_with_output, rnn, shift_rnn_tensor, zero)
 from gruc.rnn_geometry import sequence_tile_layout
+from gruc.runtime.addresses import PlanAddresses
 
 T20 = Target.custom(tiles_per_ipu=20)
 B, H = 3, 4
@@ -64,7 +65,7 @@ def test_sequence_tensors_are_laid_out_like_poplibs_and_time_major_on_every_tile
         np.testing.assert_array_equal(g.element_tiles(tensor), layout.element_tiles())
     g.create_host_write("x", x)
     engine = Engine(g, Sequence(), backend="numpy")
-    addresses = engine.plan.element_addresses(x).reshape(7, -1)
+    addresses = PlanAddresses(engine.plan).element_addresses(x).reshape(7, -1)
     tiles = g.element_tiles(x).reshape(7, -1)
     for tile in np.unique(tiles):
         on_tile = tiles == tile

@@ -6,10 +6,10 @@ import numpy as np
 
 from gruc import FLOAT, Copy, Engine, Graph, Module, Repeat, Sequence, Target, WriteUndef
 from gruc.ir.expr import _1, _2, Const
+from gruc.memory.planner import plan_memory
 from gruc.ops import map
 from gruc.passes.copy_elim import CopyElimination
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
-from gruc.passes.plan_memory import plan_memory
 from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
 T4 = Target.custom(tiles_per_ipu=4)

@@ -17,15 +17,15 @@ from hypothesis import strategies as st
 
 from gruc import (FLOAT, HALF, Call, Copy, Engine, Execute, Graph, Module, Repeat, Sequence, Target,
                   WriteUndef)
+from gruc.analysis.liveness import analyse_liveness
 from gruc.errors import GrucOptionError, GrucValueError
 from gruc.ir.expr import _1, _2, Const, maximum, sigmoid, tanh
 from gruc.ir.verify import verify
+from gruc.memory.planner import plan_memory
 from gruc.ops import map, map_in_place, map_with_output
 from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.inplace_fusion import InplaceFusion
-from gruc.passes.liveness import analyse_liveness
 from gruc.passes.pipeline import parse_pipeline, run_pipeline
-from gruc.passes.plan_memory import plan_memory
 from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 T4 = Target.custom(tiles_per_ipu=4)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gruc import FLOAT, Graph, Target
+from gruc.analysis.time_loops import find_time_loops
 from gruc.errors import GrucError, GrucOptionError
 from gruc.ir.expr import PlaceHolder
 from gruc.ir.module import Module
@@ -19,12 +20,11 @@ from gruc.ir.printer import print_module
 from gruc.ir.program import Repeat, Sequence
 from gruc.ops.elementwise import map_in_place
 from gruc.ops.rnn import create_initial_state, create_input_tensor, create_output_tensor, rnn
-from gruc.rnn_geometry import RnnParams, shard_time_bounds
 from gruc.passes.pipeline import run_pipeline
 from gruc.passes.shard import sequence_variables, shard_count
-from gruc.passes.time_loops import find_time_loops
-from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
+from gruc.rnn_geometry import RnnParams, shard_time_bounds
 from gruc.runtime.engine import Engine
+from gruc.tools.gru_layer import GruLayerConfig, build_layer, host_data
 
 LAYER = dict(sequence_size=200, input_size=16, output_size=8, batch_size=2, tiles_per_ipu=20)
 

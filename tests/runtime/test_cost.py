@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from gruc import FLOAT, INT, Copy, Graph, Sequence, Target
+from gruc.analysis.liveness import analyse_liveness
 from gruc.ir.mapping import distinct
-from gruc.ir.tile_table import TileTable
 from gruc.ir.module import Module
+from gruc.ir.tile_table import TileTable
 from gruc.ops import add, dynamic_slice
-from gruc.passes.liveness import analyse_liveness
-from gruc.tools.gru_layer import GruLayerConfig, build_layer
 from gruc.runtime import cost
 from gruc.runtime.engine import compile_program
+from gruc.tools.gru_layer import GruLayerConfig, build_layer
 
 
 def per_read(self, reads, traffic) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from gruc import FLOAT, Engine, Graph, GrucError, Sequence, Target
 from gruc.ir.expr import _1, _2
+from gruc.memory.planner import INTERLEAVED_ALIGNMENT
 from gruc.ops import create_mat_mul_input_lhs, create_mat_mul_input_rhs, map, mat_mul
-from gruc.passes.plan_memory import INTERLEAVED_ALIGNMENT
 
 
 def _sum_of_remote_operand(compile_ipu_code: bool, memory_model: str = "poplar") -> Engine:

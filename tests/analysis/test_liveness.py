@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from gruc import (Call, Copy, Execute, FLOAT, Graph, GrucProgramError, HALF, If, Module,
                   PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, WriteUndef)
+from gruc.analysis.liveness import Liveness, analyse_liveness
 from gruc.ir.effects import vertex_tensors
 from gruc.ir.expr import _1
-from gruc.passes.liveness import Liveness, analyse_liveness
 
 TARGET = Target.custom(tiles_per_ipu=4, bytes_per_tile=4096)
 

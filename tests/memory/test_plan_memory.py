@@ -14,14 +14,17 @@ from hypothesis import strategies as st
 
 from gruc import (Call, Copy, FLOAT, HALF, Graph, GrucMappingError, GrucOutOfMemory,
                   GrucValueError, Module, Repeat, Sequence, Target, WriteUndef)
+from gruc.analysis.liveness import analyse_liveness
 from gruc.ir.expr import _1
 from gruc.ir.mapping import TileMapping
 from gruc.ir.tensor import concat, strided_columns, strided_columns_of
-from gruc.passes.liveness import analyse_liveness
-from gruc.passes.plan_memory import MemoryPlan, PlanMemory, plan_memory
+from gruc.memory.plan import MemoryPlan
+from gruc.memory.planner import plan_memory
+from gruc.passes.plan_memory import PlanMemory
+from gruc.runtime.addresses import PlanAddresses
 
 _spec = importlib.util.spec_from_file_location("_liveness_helpers",
-                                               Path(__file__).with_name("test_liveness.py"))
+                                               Path(__file__).parent.parent / "analysis" / "test_liveness.py")
 helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helpers)
 
@@ -54,8 +57,8 @@ def test_disjoint_temporaries_share_an_offset():
     assert plan.not_always_live_bytes[0] == 32
     assert plan.total_bytes[0] == 96 and plan.total_bytes[1:].tolist() == [0, 0, 0]
     assert plan.fits and plan.tiles_over_capacity == ()
-    assert plan.element_addresses(t2).tolist() == list(range(64, 96, 4))
-    assert plan.element_addresses(t2[::-2]).tolist() == list(range(92, 60, -8))
+    assert PlanAddresses(plan).element_addresses(t2).tolist() == list(range(64, 96, 4))
+    assert PlanAddresses(plan).element_addresses(t2[::-2]).tolist() == list(range(92, 60, -8))
     assert plan.tile_blocks(0) == [("x", 0, 32, True), ("y", 32, 32, True),
                                    ("t1", 64, 32, False), ("t2", 64, 32, False)]
     assert plan.blocks(it1) == [(0, 64, 32)]
@@ -90,9 +93,9 @@ def test_alignment_and_block_per_tile_in_element_order():
     assert plan.blocks(0) == [(0, 0, 14)]
     assert plan.blocks(1) == [(0, 16, 8), (1, 0, 12), (2, 0, 4)]
     assert plan.block_size.tolist() == [16, 8, 16, 8]
-    assert plan.element_addresses(f).tolist() == [bpt + 0, 16, bpt + 4, bpt + 8, 20, 2 * bpt]
+    assert PlanAddresses(plan).element_addresses(f).tolist() == [bpt + 0, 16, bpt + 4, bpt + 8, 20, 2 * bpt]
     assert plan.always_live_bytes.tolist() == [24, 16, 8, 0]
-    assert plan.id_addresses(np.array([f.first_id])).tolist() == [bpt]
+    assert PlanAddresses(plan).id_addresses(np.array([f.first_id])).tolist() == [bpt]
 
 
 def test_value_carried_across_a_loop_is_not_shared():
@@ -136,7 +139,7 @@ def test_unmapped_variables():
     plan = plan_memory(Module(g, [Sequence(WriteUndef(x))]))
     assert plan.allocated == {vindex(g, x)}
     with pytest.raises(GrucValueError, match="loose"):
-        plan.element_addresses(loose)
+        PlanAddresses(plan).element_addresses(loose)
     g.create_host_read("h", half)
     with pytest.raises(GrucMappingError, match=r"half_mapped.*2 of its 4 elements have no tile"):
         plan_memory(Module(g, [Sequence()]))
@@ -184,7 +187,7 @@ def test_identical_tiles_are_planned_once():
 @given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8)), max_size=8),
        st.integers(0, 20), st.integers(1, 10))
 def test_first_fit_finds_the_lowest_free_offset(intervals, base, size):
-    from gruc.passes.plan_memory import _first_fit
+    from gruc.memory.planner import _first_fit
     starts = np.array([s for s, _ in intervals], dtype=np.int64)
     ends = np.array([s + n for s, n in intervals], dtype=np.int64)
     expected = next(o for o in range(base, 100)
@@ -222,7 +225,7 @@ def check_invariants(module, plan: MemoryPlan):
                         (graph.variables[variables[i]].name, graph.variables[variables[j]].name)
     for v in plan.allocated:
         variable = graph.variables[v]
-        addresses = plan.element_addresses(variable)
+        addresses = PlanAddresses(plan).element_addresses(variable)
         tiles = graph.element_tiles(variable)
         assert np.array_equal(addresses // bpt, tiles)
         assert len(np.unique(addresses)) == variable.num_elements
@@ -255,7 +258,7 @@ def check_by_simulation(module, plan: MemoryPlan, rng: random.Random, runs: int)
     def byte_view(tensors):
         ids = np.concatenate([t.flat_ids() for t in tensors]) if tensors else np.zeros(0, np.int64)
         ids = ids[allocated[owner[ids]]]
-        base = plan.id_addresses(ids)
+        base = PlanAddresses(plan).id_addresses(ids)
         size = size_of[owner[ids]]
         width = size.max(initial=1)
         nbytes = base[:, None] + np.arange(width)
@@ -332,11 +335,11 @@ def test_a_broken_plan_is_caught_by_the_simulation():
     offsets = np.array(plan.block_offset)
     ia, ib = vindex(g, a), vindex(g, b)
     offsets[plan.block_variable == ib] = offsets[plan.block_variable == ia][0]
-    runs = np.array(plan._runs)  # rows: first id, length, tile, byte offset, element size
+    runs = np.array(plan.runs)  # rows: first id, length, tile, byte offset, element size
     run_var = g.variable_of_id(runs[:, 0])
     runs[run_var == ib, 3] = runs[run_var == ia, 3]
     broken = MemoryPlan(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__},
-                           "block_offset": offsets, "_runs": runs})
+                           "block_offset": offsets, "runs": runs})
     with pytest.raises(AssertionError, match="a was overwritten by b"):
         check_by_simulation(m, broken, random.Random(0), runs=1)
     with pytest.raises(AssertionError):
@@ -381,7 +384,7 @@ def test_planning_an_ipu2_module_is_fast():
     t1 = time.perf_counter()
     plan = plan_memory(module, liveness)
     t2 = time.perf_counter()
-    addresses = plan.element_addresses(big[999])
+    addresses = PlanAddresses(plan).element_addresses(big[999])
     t3 = time.perf_counter()
     print(f"\nipu2 scale: liveness {t1 - t0:.2f} s, plan {t2 - t1:.2f} s "
           f"({plan.num_signatures} tile layouts), element addresses {t3 - t2:.2f} s")
@@ -444,11 +447,11 @@ def test_view_addresses_follow_their_ids(data):
     module = Module(graph, [Sequence(Copy(x, x), Copy(y, y))])
     plan = plan_memory(module)
     view = _view(data.draw, x)
-    expected = plan.id_addresses(view.flat_ids())
-    assert plan.element_addresses(view).tolist() == expected.tolist()
-    out = plan.element_indices(view, 8192)
-    assert out.tolist() == (plan.id_addresses(view.flat_ids(), 8192) // 4).tolist()
-    positions, firsts = plan.index_runs(view, 8192)  # the same indices as maximal runs
+    expected = PlanAddresses(plan).id_addresses(view.flat_ids())
+    assert PlanAddresses(plan).element_addresses(view).tolist() == expected.tolist()
+    out = PlanAddresses(plan).element_indices(view, 8192)
+    assert out.tolist() == (PlanAddresses(plan).id_addresses(view.flat_ids(), 8192) // 4).tolist()
+    positions, firsts = PlanAddresses(plan).index_runs(view, 8192)  # the same indices as maximal runs
     lengths = np.diff(np.append(positions, view.num_elements))
     assert np.all(lengths > 0) and (positions[:1].tolist() == [0] or not view.num_elements)
     assert np.all(np.diff(firsts) != lengths[:-1])  # no run continues the one before
@@ -463,10 +466,10 @@ def test_index_runs_join_the_parts_of_a_concatenation_that_continue_each_other()
     x = graph.add_variable(FLOAT, [2, 3], "x")
     graph.set_tile_mapping(x, 0)
     plan = plan_memory(Module(graph, [Copy(x, x)]))
-    start = int(plan.element_indices(x, 8192)[0])
-    positions, firsts = plan.index_runs(concat([x[0], x[1]], 0), 8192)
+    start = int(PlanAddresses(plan).element_indices(x, 8192)[0])
+    positions, firsts = PlanAddresses(plan).index_runs(concat([x[0], x[1]], 0), 8192)
     assert positions.tolist() == [0] and firsts.tolist() == [start]
-    positions, firsts = plan.index_runs(concat([x[1], x[0], x[1]], 0), 8192)
+    positions, firsts = PlanAddresses(plan).index_runs(concat([x[1], x[0], x[1]], 0), 8192)
     assert positions.tolist() == [0, 3] and firsts.tolist() == [start + 3, start]
 
 
@@ -507,17 +510,17 @@ def test_a_sequence_laid_out_alike_at_every_step_is_planned_from_one_step(data):
     plan = plan_memory(module)
     check_invariants(module, plan)
     row_runs = 1 + int(np.count_nonzero(np.diff(row_tiles)))
-    x_runs = int(np.count_nonzero(plan._runs[:, 0] < before.first_id))
+    x_runs = int(np.count_nonzero(plan.runs[:, 0] < before.first_id))
     if alike:
         assert x_runs == row_runs  # one step's runs, whatever the number of steps
     else:
         assert x_runs > row_runs
     expected = _layout_rule_addresses(graph, plan, x)
-    assert plan.element_addresses(x).tolist() == expected.tolist()
+    assert PlanAddresses(plan).element_addresses(x).tolist() == expected.tolist()
     view = _view(data.draw, x)
     by_rule = expected[view.flat_ids() - x.first_id]
-    assert plan.element_addresses(view).tolist() == by_rule.tolist()
-    positions, firsts = plan.index_runs(view, TARGET.bytes_per_tile)
+    assert PlanAddresses(plan).element_addresses(view).tolist() == by_rule.tolist()
+    positions, firsts = PlanAddresses(plan).index_runs(view, TARGET.bytes_per_tile)
     lengths = np.diff(np.append(positions, view.num_elements))
     expanded = np.repeat(firsts - positions, lengths) + np.arange(view.num_elements)
     assert (expanded * 4).tolist() == by_rule.tolist()
@@ -525,7 +528,7 @@ def test_a_sequence_laid_out_alike_at_every_step_is_planned_from_one_step(data):
 
 def test_row_moves_of_two_rows_runs():
     """Runs of two rows of 6 (flat positions, first indices) -> how far each first-row run moves."""
-    from gruc.passes.addresses import row_moves
+    from gruc.runtime.addresses import row_moves
 
     def moves(positions, firsts):
         found = row_moves(np.array(positions), np.array(firsts), 6)
@@ -554,7 +557,7 @@ def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
                                             min_size=2 * width, max_size=2 * width), label="tiles"))
     graph.set_tile_mapping(x, row_tiles.reshape(2, width))
     rows = x.reshape([steps, 2 * width])
-    plan = plan_memory(Module(graph, [Sequence(Copy(x, x))]))
+    addresses = PlanAddresses(plan_memory(Module(graph, [Sequence(Copy(x, x))])))
     bounds = sorted(data.draw(st.lists(st.integers(0, 2 * width), min_size=2, max_size=6),
                               label="bounds"))
     slices = [rows.slice(begin, end, 1) for begin, end in zip(bounds, bounds[1:]) if end > begin]
@@ -570,27 +573,27 @@ def test_column_slices_of_a_sequence_have_the_row_runs_their_indices_say(data):
         assert strided_columns_of(rows.slice(begin, begin + length, 1)) is None
     stride = TARGET.bytes_per_tile
     for view in views + spaced:
-        found = plan.row_index_runs(view, stride)
+        found = addresses.row_index_runs(view, stride)
         assert found is not None, view
         positions, firsts, moves = found
         row = view.num_elements // steps
         lengths = np.diff(np.append(positions, row))
         first_row = np.repeat(firsts - positions, lengths) + np.arange(row)
         every_row = first_row + np.arange(steps)[:, None] * np.repeat(moves, lengths)
-        assert every_row.reshape(-1).tolist() == plan.element_indices(view, stride).tolist()
+        assert every_row.reshape(-1).tolist() == addresses.element_indices(view, stride).tolist()
         assert np.all(positions[1:] > positions[:-1])
         assert np.all(firsts[1:] - firsts[:-1] != positions[1:] - positions[:-1])  # maximal
     if slices:  # the slices joined in order are the columns they span, run for run
-        joined = plan.row_index_runs(views[-1], stride)
-        spanned = plan.row_index_runs(rows.slice(bounds[0], bounds[-1], 1), stride)
+        joined = addresses.row_index_runs(views[-1], stride)
+        spanned = addresses.row_index_runs(rows.slice(bounds[0], bounds[-1], 1), stride)
         assert [part.tolist() for part in joined] == [part.tolist() for part in spanned]
-    walked = plan._column_row_runs[stride]._parents if slices or spaced else {}
+    walked = addresses._column_row_runs[stride]._parents if slices or spaced else {}
     assert list(walked) == ([id(rows)] if slices or spaced else [])
 
 
 def test_row_runs_cut_to_columns_and_joined_back():
     """Worked examples of cutting a row's runs to a column range and joining column views."""
-    from gruc.passes.row_runs import cut_columns, join_columns, run_ends
+    from gruc.runtime.row_runs import cut_columns, join_columns, run_ends
 
     def listed(runs):
         return None if runs is None else [part.tolist() for part in runs]

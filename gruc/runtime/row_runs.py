@@ -4,7 +4,7 @@ A long sequence's per-tile slice vertices each read a few columns of one ``[step
 view of the sequence (a thousand vertices per group in a 64x256x256 GRU layer).  Walking each
 one's first two rows through the memory plan costs ~40 µs of Python per vertex; the parent's
 rows, walked once, already say everything: a column range's runs are the parent's runs clipped
-to it, moving a row as the parent's do.  :meth:`gruc.passes.memory_plan.MemoryPlan.row_index_runs`
+to it, moving a row as the parent's do.  :meth:`gruc.runtime.addresses.PlanAddresses.row_index_runs`
 uses these for views that are column slices of a 2-D view, runs of its columns a row apart
 (:func:`~gruc.ir.tensor.strided_columns`) or concatenations of them along the columns; anything
 else it walks as before.

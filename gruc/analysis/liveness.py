@@ -5,7 +5,7 @@ never *live* at the same time (Poplar's not-always-live category).  This analysi
 ``plan-memory``: it numbers the leaf steps of a module, runs a backward dataflow over the program
 tree, and says which variables occupy memory at each step.  It never changes the module.
 
-Steps are numbered by :class:`~gruc.passes.steps.StepTree` (entry programs first, then each
+Steps are numbered by :class:`~gruc.analysis.steps.StepTree` (entry programs first, then each
 function once); the dataflow runs over the analysis tree it builds.
 
 Dataflow (backward, per step ``live_in = (live_out - full_writes - kills) | reads``):
@@ -47,11 +47,11 @@ from typing import Iterable
 
 import numpy as np
 
+from gruc.analysis.steps import (IfNode, LeafNode, RepeatNode, SequenceNode, Step, StepTree,
+                               WhileNode, bits_of, mask_of)
 from gruc.ir.graph import Graph
 from gruc.ir.module import Module
 from gruc.ir.tensor import Variable
-from gruc.passes.steps import (IfNode, LeafNode, RepeatNode, SequenceNode, Step, StepTree,
-                               WhileNode, bits_of, mask_of)
 
 __all__ = ["Liveness", "analyse_liveness"]
 

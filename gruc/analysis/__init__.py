@@ -1,0 +1,7 @@
+"""Analyses: facts about a module that passes, the memory planner and the runtime all read.
+
+Step numbering (:mod:`~gruc.analysis.steps`), liveness over those steps
+(:mod:`~gruc.analysis.liveness`) and the recognition of a builder's time loops
+(:mod:`~gruc.analysis.time_loops`).  An analysis computes from a module and never changes it;
+it imports the IR only, so every stage above can share it.
+"""
