@@ -18,6 +18,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
+from typing import Sequence as Sequence_
 
 import numpy as np
 
@@ -42,6 +43,11 @@ class Program:
         yield self
         for child in self.children():
             yield from child.walk()
+
+    def with_children(self, children: Sequence_["Program"]) -> "Program":
+        """The same kind of node, with the same non-program fields, over ``children`` (in
+        :meth:`children` order): how a rewrite rebuilds a tree without knowing its node kinds."""
+        return self
 
 
 def _check_program(value: object, what: str) -> "Program":
@@ -91,6 +97,9 @@ class Sequence(Program):
 
     def children(self) -> tuple[Program, ...]:
         return tuple(self.programs)
+
+    def with_children(self, children: Sequence_[Program]) -> "Sequence":
+        return Sequence(*children)
 
     def __len__(self) -> int:
         return len(self.programs)
@@ -165,6 +174,10 @@ class Repeat(Program):
     def children(self) -> tuple[Program, ...]:
         return (self.body,)
 
+    def with_children(self, children: Sequence_[Program]) -> "Repeat":
+        (body,) = children
+        return Repeat(self.count, body)
+
 
 @dataclass(frozen=True, eq=False)
 class RepeatWhileTrue(Program):
@@ -182,6 +195,10 @@ class RepeatWhileTrue(Program):
     def children(self) -> tuple[Program, ...]:
         return (self.condition, self.body)
 
+    def with_children(self, children: Sequence_[Program]) -> "RepeatWhileTrue":
+        condition, body = children
+        return RepeatWhileTrue(condition, self.predicate, body)
+
 
 @dataclass(frozen=True, eq=False)
 class If(Program):
@@ -198,6 +215,10 @@ class If(Program):
 
     def children(self) -> tuple[Program, ...]:
         return (self.then, self.otherwise)
+
+    def with_children(self, children: Sequence_[Program]) -> "If":
+        then, otherwise = children
+        return If(self.predicate, then, otherwise)
 
 
 @dataclass(frozen=True, eq=False)

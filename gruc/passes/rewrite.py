@@ -47,7 +47,7 @@ from gruc.analysis.steps import mask_of
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import Function, Graph
 from gruc.ir.module import Module
-from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.program import Call, Program, Sequence
 from gruc.ir.tensor import Tensor, Variable
 from gruc.ir.verify import verify
 
@@ -93,19 +93,6 @@ def replacing(replacements: dict[int, Program | None]) -> Rewrite:
     return lambda node: replacements[id(node)] if id(node) in replacements else node
 
 
-def with_children(node: Program, children: list[Program]) -> Program:
-    """The same kind of node as ``node`` over new ``children`` (in ``node.children()`` order)."""
-    if isinstance(node, Sequence):
-        return Sequence(*children)
-    if isinstance(node, Repeat):
-        return Repeat(node.count, children[0])
-    if isinstance(node, RepeatWhileTrue):
-        return RepeatWhileTrue(children[0], node.predicate, children[1])
-    if isinstance(node, If):
-        return If(node.predicate, children[0], children[1])
-    return node
-
-
 def rebuild(node: Program, rewrite: Rewrite) -> Program | None:
     """``node`` with ``rewrite`` applied bottom-up.  A removed child of a Sequence disappears; a
     removed loop body or branch becomes an empty Sequence.  Untouched subtrees keep their identity."""
@@ -119,7 +106,7 @@ def rebuild(node: Program, rewrite: Rewrite) -> Program | None:
         else:
             filled = [Sequence() if child is None else child for child in rebuilt]
             if any(a is not b for a, b in zip(filled, children)):
-                node = with_children(node, filled)
+                node = node.with_children(filled)
     return rewrite(node)
 
 

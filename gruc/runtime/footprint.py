@@ -42,7 +42,7 @@ from gruc.errors import GrucValueError
 from gruc.ir.codelets.matmul import FIELD_N, block_tiles, blocking_of, method_of
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
-from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.program import Call, Copy, Execute, If, Repeat, RepeatWhileTrue
 from gruc.memory.plan import MemoryPlan, TileOverflow
 from gruc.memory.planner import LARGEST_SHOWN, tile_total
 from gruc.runtime.cost import StepCost
@@ -226,33 +226,10 @@ def _code_bytes(codelet: str) -> int:
 # ---- control and exchange code ----------------------------------------------------------------
 def _control_elements(module: Module) -> dict[str, int]:
     """How many Repeat, Call and branch nodes the module's code holds (each function once)."""
-    counts = {"repeat": 0, "call": 0, "branch": 0}
-    seen: set[int] = set()
-
-    def visit(node: Program) -> None:
-        if isinstance(node, Sequence):
-            for child in node.programs:
-                visit(child)
-        elif isinstance(node, Repeat):
-            counts["repeat"] += 1
-            visit(node.body)
-        elif isinstance(node, Call):
-            counts["call"] += 1
-            if id(node.function) not in seen:
-                seen.add(id(node.function))
-                visit(node.function.program)
-        elif isinstance(node, RepeatWhileTrue):
-            counts["branch"] += 1
-            visit(node.condition)
-            visit(node.body)
-        elif isinstance(node, If):
-            counts["branch"] += 1
-            visit(node.then)
-            visit(node.otherwise)
-
-    for program in module.programs:
-        visit(program)
-    return counts
+    nodes = list(module.walk())
+    return {"repeat": sum(isinstance(node, Repeat) for node in nodes),
+            "call": sum(isinstance(node, Call) for node in nodes),
+            "branch": sum(isinstance(node, (If, RepeatWhileTrue)) for node in nodes)}
 
 
 class _Counter:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gruc import FLOAT, Graph, Target, TileMapping
 
 _spec = importlib.util.spec_from_file_location(
-    "_plan_memory_tests", Path(__file__).parents[1] / "passes" / "test_plan_memory.py")
+    "_plan_memory_tests", Path(__file__).parents[1] / "memory" / "test_plan_memory.py")
 _plan_memory_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_plan_memory_tests)
 _view = _plan_memory_tests._view  # random views: slices, reversals, transposes, concatenations...
