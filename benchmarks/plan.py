@@ -70,7 +70,7 @@ def phases(config: GruLayerConfig, repeats: int = 3) -> dict[str, float]:
         timed("verify", lambda: verify(module))
         plan = timed("liveness_and_memory_plan", lambda: plan_memory(module))
         timed("step_costs", lambda: step_costs(module.graph, plan.liveness.steps))
-        timed("static_counts", lambda: StaticProgram(module, plan.liveness.steps).step_counts())
+        timed("static_counts", lambda: StaticProgram(plan.liveness).step_counts())
         timed("lowering_skipped_by_plan_only", lambda: lower(module, plan))
     return {name: round(statistics.median(values), 4) for name, values in times.items()}
 

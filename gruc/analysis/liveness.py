@@ -6,7 +6,8 @@ never *live* at the same time (Poplar's not-always-live category).  This analysi
 tree, and says which variables occupy memory at each step.  It never changes the module.
 
 Steps are numbered by :class:`~gruc.analysis.steps.StepTree` (entry programs first, then each
-function once); the dataflow runs over the analysis tree it builds.
+function once); the dataflow runs over the analysis tree it builds, and the result keeps that tree
+(not the step tree's effect table), since lowering and plan-only counting walk it too.
 
 Dataflow (backward, per step ``live_in = (live_out - full_writes - kills) | reads``):
 
@@ -57,11 +58,16 @@ __all__ = ["Liveness", "analyse_liveness"]
 
 
 class _Dataflow:
-    """Backward liveness over the analysis tree, recording per-step live-in and live-out."""
+    """Backward liveness over the analysis tree, recording per-step live-in and live-out.  What a
+    step does to a live set is held here, not on the tree, which outlives the dataflow (it is
+    kept on :class:`Liveness`): ``keep`` clears what the step fully overwrites or kills, ``gen``
+    adds what it reads."""
 
-    def __init__(self, num_steps: int, function_trees: list) -> None:
-        self.live_in = [0] * num_steps
-        self.live_out = [0] * num_steps
+    def __init__(self, steps: list[Step], function_trees: list) -> None:
+        self.keep = [~mask_of(step.effect.full_writes | step.effect.kills) for step in steps]
+        self.gen = [mask_of(step.effect.reads) for step in steps]
+        self.live_in = [0] * len(steps)
+        self.live_out = [0] * len(steps)
         self.function_trees = function_trees
         self.memo: dict[tuple[int, int], int] = {}
 
@@ -72,9 +78,10 @@ class _Dataflow:
         because a function called from many places, or a body revisited while a loop
         converges, would otherwise be walked again and again."""
         if isinstance(node, LeafNode):
-            live = (out & node.keep) | node.gen
-            self.live_in[node.step] |= live
-            self.live_out[node.step] |= out
+            step = node.step
+            live = (out & self.keep[step]) | self.gen[step]
+            self.live_in[step] |= live
+            self.live_out[step] |= out
             return live
         key = (id(node), out)
         found = self.memo.get(key)
@@ -151,6 +158,13 @@ class Liveness:
     """Per step: bitset of the variables live on entry to it."""
     live_out: tuple[int, ...]
     """Per step: bitset of the variables live on exit from it."""
+    program_trees: tuple
+    """Per entry program: its analysis tree (:class:`~gruc.analysis.steps.StepTree`), whose leaves
+    carry the step numbers of :attr:`steps`.  Lowering and plan-only step counting walk these
+    rather than the programs, so they number steps as liveness does by construction."""
+    function_trees: tuple
+    """The analysis tree of each function the module runs, indexed by ``CallNode.function`` (in
+    the order of :attr:`~gruc.ir.module.Module.functions`)."""
 
     @property
     def num_steps(self) -> int:
@@ -210,7 +224,7 @@ def analyse_liveness(module: Module) -> Liveness:
     graph = module.graph
     lin = StepTree(module)
     lin.check_no_recursion()
-    flow = _Dataflow(len(lin.steps), lin.function_trees)
+    flow = _Dataflow(lin.steps, lin.function_trees)
     entry_live = []
     for tree in lin.program_trees:
         entry_live.append(flow.transfer(tree, 0))
@@ -240,7 +254,8 @@ def analyse_liveness(module: Module) -> Liveness:
         steps=tuple(lin.steps), num_variables=num_variables, step_rows=rows,
         always_live=frozenset(bits_of(always)), used=frozenset(bits_of(used)),
         entry_live=tuple(frozenset(bits_of(m)) for m in entry_live),
-        live_in=tuple(flow.live_in), live_out=tuple(flow.live_out))
+        live_in=tuple(flow.live_in), live_out=tuple(flow.live_out),
+        program_trees=tuple(lin.program_trees), function_trees=tuple(lin.function_trees))
 
 
 def _index_of(graph: Graph, variable: Variable) -> int:

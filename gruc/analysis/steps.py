@@ -4,7 +4,9 @@ tree is rebuilt as an *analysis tree* whose leaves carry those numbers.
 Why a module of its own: the numbers are the coordinates every later stage speaks in — liveness
 says which variables are live at each step, the memory plan places them over steps, the cost
 model and the report count and name steps — so the numbering is defined once, here, apart from
-any one analysis over it.
+any one analysis over it.  The analysis tree is built once too: liveness keeps it
+(:attr:`~gruc.analysis.liveness.Liveness.program_trees`), and lowering and plan-only step counting
+walk it rather than the programs, so they number steps as liveness does by construction.
 
 Steps are ``Execute``, ``Copy``, ``WriteUndef``, ``PrintTensor``, ``Sync``, and the predicate read
 of ``If`` / ``RepeatWhileTrue`` (numbered before the branches / before the body, after the loop
@@ -98,15 +100,12 @@ class Step:
 
 # ---- the analysis tree: the program tree with step numbers and per-occurrence identity ----------
 class LeafNode:
-    """A numbered step, with what a backward dataflow does to a variable set across it: ``keep``
-    clears what it fully overwrites or kills, ``gen`` adds what it reads."""
+    """A numbered step (its program node and effect are ``steps[step]``)."""
 
-    __slots__ = ("step", "keep", "gen")
+    __slots__ = ("step",)
 
-    def __init__(self, step: int, effect: Effect) -> None:
+    def __init__(self, step: int) -> None:
         self.step = step
-        self.keep = ~mask_of(effect.full_writes | effect.kills)
-        self.gen = mask_of(effect.reads)
 
 
 class SequenceNode:
@@ -156,7 +155,8 @@ class CallNode:
 
 class StepTree:
     """Numbers the leaf steps of a module and builds its analysis tree: ``program_trees`` (one per
-    entry program), ``function_trees`` (one per function, by first appearance) and ``steps``."""
+    entry program), ``function_trees`` (one per function, in the order of
+    :attr:`~gruc.ir.module.Module.functions`) and ``steps``."""
 
     def __init__(self, module: Module) -> None:
         self.effects = EffectTable(module.graph)
@@ -185,10 +185,9 @@ class StepTree:
         return self.function_index[key]
 
     def _leaf(self, node: Program, where: str) -> LeafNode:
-        effect = self.effects.of(node)
-        step = Step(len(self.steps), node, where, effect)
+        step = Step(len(self.steps), node, where, self.effects.of(node))
         self.steps.append(step)
-        return LeafNode(step.index, effect)
+        return LeafNode(step.index)
 
     def _node(self, node: Program, where: str, caller: int | None):
         """The analysis node of ``node``, numbering its leaves as steps in program order, each with

@@ -181,7 +181,7 @@ def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
     cycles and exchange as ``gruc plan``), for ``--compile-only``."""
     engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
                     memory_model=config.memory_model, strict_memory=strict_memory)
-    engine.count_run(layer_step_counts(config, layer, engine.module, engine.plan.liveness.steps))
+    engine.count_run(layer_step_counts(config, layer, engine.plan.liveness))
     return engine
 
 

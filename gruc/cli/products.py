@@ -110,7 +110,7 @@ def compiled_only(config: ProductToolConfig, layer: ProductLayer, pipeline: str 
     ``--compile-only`` report page."""
     engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
                     memory_model=config.memory_model, strict_memory=strict_memory)
-    static = StaticProgram(engine.module, engine.plan.liveness.steps)
+    static = StaticProgram(engine.plan.liveness)
     engine.count_run(static.step_counts(layer.runs))
     return engine
 

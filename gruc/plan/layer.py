@@ -25,9 +25,9 @@ from typing import Sequence
 
 import numpy as np
 
+from gruc.analysis.liveness import Liveness
 from gruc.analysis.steps import Step
 from gruc.errors import GrucProgramError
-from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, If, RepeatWhileTrue, WriteUndef
 from gruc.passes.pipeline import parse_pipeline
 from gruc.passes.shard import Shard, shard_count
@@ -90,12 +90,11 @@ def loop_trips(config: GruLayerConfig, layer: GruLayer, loops: Sequence[Step],
     return {step.index: trips for step, trips in zip(loops, in_order)}
 
 
-def layer_step_counts(config: GruLayerConfig, layer: GruLayer, module: Module,
-                      steps: Sequence[Step]) -> np.ndarray:
-    """How often one run of the layer's program 0, as compiled into ``module`` (numbered as
-    ``steps``), executes each step — counted from the program tree with the time loops' trips
-    the layer's lengths give, equal to a run's counts."""
-    static = StaticProgram(module, steps)
+def layer_step_counts(config: GruLayerConfig, layer: GruLayer, liveness: Liveness) -> np.ndarray:
+    """How often one run of the layer's program 0, as compiled (its module's ``liveness``, which
+    numbers the steps), executes each step — counted from the program tree with the time loops'
+    trips the layer's lengths give, equal to a run's counts."""
+    static = StaticProgram(liveness)
     lengths = run_lengths(config)
     trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
     return static.step_counts((0,), trips=trips)
@@ -174,7 +173,7 @@ def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan
     built = time.perf_counter()
     compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline,
                                memory_model=config.memory_model)
-    counts = layer_step_counts(config, layer, compiled.module, compiled.plan.liveness.steps)
+    counts = layer_step_counts(config, layer, compiled.plan.liveness)
     report = plan_report(compiled, counts, time.perf_counter() - built)
     shards = layer.num_shards
     if any(isinstance(step, Shard) for step in parse_pipeline(pipeline)):

@@ -14,132 +14,56 @@ structure alone and give *the same* report as a run of the same program:
   ``trips`` times — the interpreter's accounting) and the branch each ``If`` takes, both keyed by
   the index of the loop's or branch's predicate step.
 
-Steps are numbered exactly as :mod:`gruc.analysis.liveness` numbers them (entry programs first, then
-the functions they call; a ``RepeatWhileTrue`` predicate after its condition), and the walk checks
-each leaf against that numbering, so a disagreement fails loudly instead of shifting counts.
+The counts walk the analysis tree that liveness was computed over and keeps
+(:attr:`~gruc.analysis.liveness.Liveness.program_trees`), whose leaves carry the step numbers, so
+they land on the steps liveness, lowering and the cost model number by construction.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Mapping, Sequence as Seq
 
 import numpy as np
 
-from gruc.analysis.steps import Step
-from gruc.errors import GrucProgramError, GrucValueError
+from gruc.analysis.liveness import Liveness
+from gruc.analysis.steps import IfNode, LeafNode, RepeatNode, SequenceNode, Step, WhileNode
+from gruc.errors import GrucValueError
 from gruc.ir.graph import Graph
-from gruc.ir.module import Module
-from gruc.ir.program import Call, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.program import If, Program, RepeatWhileTrue
 from gruc.runtime.engine import CompiledProgram, compile_program
 from gruc.runtime.page_data import ReportDetails
 from gruc.runtime.report import Report
 
 
-@dataclass(frozen=True)
-class _Leaf:
-    step: int
-
-
-@dataclass(frozen=True)
-class _Block:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class _Loop:
-    count: int
-    body: _Block
-
-
-@dataclass(frozen=True)
-class _While:
-    condition: _Block
-    step: int
-    body: _Block
-
-
-@dataclass(frozen=True)
-class _Branch:
-    step: int
-    then: _Block
-    otherwise: _Block
-
-
-@dataclass(frozen=True)
-class _Call:
-    function: int
-
-
 class StaticProgram:
-    """The step-numbered control tree of a compiled module, without any data."""
+    """The step-numbered control tree of a compiled module, without any data: the analysis trees
+    its liveness was computed over."""
 
-    def __init__(self, module: Module, steps: Seq[Step]) -> None:
-        self.steps = tuple(steps)
-        self._next = 0
-        functions = module.functions
-        self._function_index = {id(f): k for k, f in enumerate(functions)}
-        self.programs = tuple(self._block(p) for p in module.programs)
-        self.functions = tuple(self._block(f.program) for f in functions)
-        if self._next != len(self.steps):
-            raise GrucProgramError(f"internal error: the program tree has {self._next} steps, "
-                                   f"the liveness analysis numbered {len(self.steps)}")
+    def __init__(self, liveness: Liveness) -> None:
+        self.steps = liveness.steps
+        self.programs = liveness.program_trees
+        self.functions = liveness.function_trees
         self.loop_steps = frozenset(s.index for s in self.steps
                                     if isinstance(s.node, RepeatWhileTrue))
         self.branch_steps = frozenset(s.index for s in self.steps if isinstance(s.node, If))
 
-    # ---- building -----------------------------------------------------------------------------
-    def _take(self, node: Program) -> int:
-        step = self._next
-        if step >= len(self.steps) or self.steps[step].node is not node:
-            raise GrucProgramError(f"internal error: static counting met {type(node).__name__} "
-                                   "where the liveness analysis numbered a different step")
-        self._next += 1
-        return step
-
-    def _block(self, node: Program) -> _Block:
-        built = self._node(node)
-        return built if isinstance(built, _Block) else _Block((built,))
-
-    def _node(self, node: Program):
-        """The control node of ``node``, taking step numbers for its leaves and predicates in the
-        order liveness numbered them (:meth:`_take` checks each), so counts land on the right
-        steps."""
-        if isinstance(node, Sequence):
-            return _Block(tuple(self._node(p) for p in node.programs))
-        if isinstance(node, Repeat):
-            return _Loop(node.count, self._block(node.body))
-        if isinstance(node, RepeatWhileTrue):
-            condition = self._block(node.condition)
-            return _While(condition, self._take(node), self._block(node.body))
-        if isinstance(node, If):
-            step = self._take(node)
-            return _Branch(step, self._block(node.then), self._block(node.otherwise))
-        if isinstance(node, Call):
-            return _Call(self._function_index[id(node.function)])
-        if node.children():
-            raise GrucProgramError(f"static counting does not know the program node "
-                                   f"{type(node).__name__} (it has nested programs)")
-        return _Leaf(self._take(node))
-
-    # ---- queries ------------------------------------------------------------------------------
     def loops(self, program: int = 0) -> list[Step]:
         """Predicate steps of the ``RepeatWhileTrue`` loops of entry program ``program``, in
         program order (loops inside called functions are not included)."""
         found: list[Step] = []
 
         def visit(item) -> None:
-            if isinstance(item, _While):
-                visit(item.condition)
-                found.append(self.steps[item.step])
+            if isinstance(item, WhileNode):
+                visit(item.cond)
+                found.append(self.steps[item.pred.step])
                 visit(item.body)
-            elif isinstance(item, _Block):
+            elif isinstance(item, SequenceNode):
                 for child in item.items:
                     visit(child)
-            elif isinstance(item, _Loop):
+            elif isinstance(item, RepeatNode):
                 visit(item.body)
-            elif isinstance(item, _Branch):
+            elif isinstance(item, IfNode):
                 visit(item.then)
                 visit(item.otherwise)
 
@@ -209,28 +133,30 @@ class _Counter:
         loop counts rather than unrolling them, so a 2,000-step loop costs what one step does."""
         if times == 0:
             return
-        if isinstance(item, _Leaf):
+        if isinstance(item, LeafNode):
             self.bump(counts, item.step, times)
-        elif isinstance(item, _Block):
+        elif isinstance(item, SequenceNode):
             for child in item.items:
                 self.add(child, times, counts)
-        elif isinstance(item, _Loop):
+        elif isinstance(item, RepeatNode):
             self.add(item.body, times * item.count, counts)
-        elif isinstance(item, _While):
-            if item.step not in self.trips:
-                raise self._missing(item.step, "the RepeatWhileTrue loop",
-                                    f"its trip count (trips={{{item.step}: n}})")
-            trips = int(self.trips[item.step])
-            self.add(item.condition, times * (trips + 1), counts)
-            self.bump(counts, item.step, times * (trips + 1))
+        elif isinstance(item, WhileNode):
+            step = item.pred.step
+            if step not in self.trips:
+                raise self._missing(step, "the RepeatWhileTrue loop",
+                                    f"its trip count (trips={{{step}: n}})")
+            trips = int(self.trips[step])
+            self.add(item.cond, times * (trips + 1), counts)
+            self.bump(counts, step, times * (trips + 1))
             self.add(item.body, times * trips, counts)
-        elif isinstance(item, _Branch):
-            if item.step not in self.branches:
-                raise self._missing(item.step, "the If", f"the branch it takes "
-                                                          f"(branches={{{item.step}: True}})")
-            self.bump(counts, item.step, times)
-            self.add(item.then if self.branches[item.step] else item.otherwise, times, counts)
-        else:  # _Call
+        elif isinstance(item, IfNode):
+            step = item.pred.step
+            if step not in self.branches:
+                raise self._missing(step, "the If", f"the branch it takes "
+                                                    f"(branches={{{step}: True}})")
+            self.bump(counts, step, times)
+            self.add(item.then if self.branches[step] else item.otherwise, times, counts)
+        else:  # CallNode
             if item.function not in self.per_call:
                 once = np.zeros(len(self.static.steps), dtype=np.int64)
                 self.add(self.static.functions[item.function], 1, once)
@@ -256,6 +182,6 @@ def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[in
     """
     start = time.perf_counter()
     compiled = compile_program(graph, programs, pipeline=pipeline, memory_model=memory_model)
-    static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
+    static = StaticProgram(compiled.plan.liveness)
     counts = static.step_counts(runs, trips=trips, branches=branches)
     return plan_report(compiled, counts, time.perf_counter() - start)

@@ -7,15 +7,17 @@ on those indices only: nothing at run time looks at views, mappings or names.  B
 addresses come from the memory plan, tensors the planner let share bytes really share them, and a
 wrong plan corrupts results — which is what makes every numerical test a test of the planner.
 
-The executable mirrors the program tree (blocks, loops, branches, calls) with leaves numbered
-exactly as the liveness analysis numbers steps, so the cost model and the report speak of the same
-steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the most any tile
-of the plan uses, rounded up to an odd number of cache lines (:func:`host_tile_stride`) — not the
-target's ``bytes_per_tile`` — from a page boundary of the host.  Planned addresses keep their
-meaning (``tile * bytes_per_tile + offset``, as the report shows them); only the host image is
-packed, so a program that uses 20 KB of each 624 KB tile touches 30 MB of host memory, not
-900 MB, and its tensors spread over all tiles stay in cache.  A program over capacity
-still runs (as on Poplar's IPUModel) while the report says it would not fit.
+The executable mirrors the program tree (blocks, loops, branches, calls) and is built from the
+analysis tree the liveness analysis numbered steps on (:class:`~gruc.analysis.steps.StepTree`), so
+its leaves carry liveness's step numbers by construction and the cost model and the report speak
+of the same steps.  Tile memory is laid out tile after tile, ``tile_stride`` bytes apart: the
+most any tile of the plan uses, rounded up to an odd number of cache lines
+(:func:`host_tile_stride`) — not the target's ``bytes_per_tile`` — from a page boundary of the
+host.  Planned addresses keep their meaning (``tile * bytes_per_tile + offset``, as the report
+shows them); only the host image is packed, so a program that uses 20 KB of each 624 KB tile
+touches 30 MB of host memory, not 900 MB, and its tensors spread over all tiles stay in cache.  A
+program over capacity still runs (as on Poplar's IPUModel) while the report says it would not
+fit.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from gruc.analysis.liveness import Liveness
+from gruc.analysis.steps import IfNode, LeafNode, RepeatNode, SequenceNode, WhileNode
 from gruc.errors import GrucProgramError
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
-from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+from gruc.ir.program import Copy, Execute, PrintTensor, Sync, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.memory.plan import MemoryPlan
 from gruc.runtime.addresses import PlanAddresses
@@ -281,19 +283,16 @@ class Executable:
 
 class _Lowering:
     """Lowers one module for one memory plan: every tensor becomes an operand at its planned
-    addresses (tiles ``tile_stride`` bytes apart), every leaf takes the step number liveness gave
-    it."""
+    addresses (tiles ``tile_stride`` bytes apart), and the executable is built from the analysis
+    tree liveness was computed over, so every leaf has the step number liveness gave it."""
     def __init__(self, module: Module, plan: MemoryPlan, liveness: Liveness) -> None:
-        self.module = module
         self.graph: Graph = module.graph
         self.plan = plan
         self.addresses = PlanAddresses(plan)
+        self.liveness = liveness
         self.steps = liveness.steps
-        self.next_step = 0
         self.tile_stride = host_tile_stride(plan.host_extent)
         self.leaves: list = [None] * len(self.steps)
-        self.functions = module.functions
-        self.function_index = {id(f): k for k, f in enumerate(self.functions)}
         self._field_operands: dict[int, tuple[Tensor, Operand]] = {}
 
     def operand(self, tensor: Tensor) -> Operand:
@@ -311,20 +310,6 @@ class _Lowering:
             known = self._field_operands[id(tensor)] = (tensor, self.operand(tensor))
         return known[1]
 
-    def take_step(self, node: Program) -> int:
-        step = self.next_step
-        if step >= len(self.steps) or self.steps[step].node is not node:
-            raise GrucProgramError(f"internal error: lowering met {type(node).__name__} where the "
-                                   "liveness analysis numbered a different step")
-        self.next_step += 1
-        return step
-
-    def leaf(self, node: Program, make):
-        step = self.take_step(node)
-        lowered = make(step)
-        self.leaves[step] = lowered
-        return lowered
-
     def vertex(self, vertex: Vertex) -> LoweredVertex:
         fields = {}
         for name, value in vertex.fields.items():
@@ -332,51 +317,58 @@ class _Lowering:
                             if isinstance(value, tuple) else self.field_operand(value))
         return LoweredVertex(vertex, fields)
 
-    def block(self, node: Program) -> Block:
+    def leaf(self, step: int):
+        """The lowered form of leaf step ``step``, by the program node liveness numbered."""
+        node = self.steps[step].node
+        if isinstance(node, Execute):
+            cs = node.compute_set
+            lowered = ExecuteStep(step, cs.name, tuple(self.vertex(v) for v in cs.vertices))
+        elif isinstance(node, Copy):
+            lowered = CopyStep(step, self.operand(node.src), self.operand(node.dst))
+        elif isinstance(node, (WriteUndef, Sync)):
+            lowered = MarkStep(step, type(node).__name__)
+        elif isinstance(node, PrintTensor):
+            lowered = PrintStep(step, node.label, self.operand(node.tensor))
+        else:
+            raise GrucProgramError(f"cannot lower program node {type(node).__name__}")
+        self.leaves[step] = lowered
+        return lowered
+
+    def predicate(self, pred: LeafNode, what: str) -> tuple[int, Operand]:
+        """The step of a loop's or branch's predicate read, marked as a leaf, and the operand of
+        the predicate tensor (held by the ``RepeatWhileTrue`` / ``If`` the step was numbered
+        for)."""
+        step = pred.step
+        self.leaves[step] = MarkStep(step, what)
+        return step, self.operand(self.steps[step].node.predicate)
+
+    def block(self, node) -> Block:
         lowered = self.node(node)
         return lowered if isinstance(lowered, Block) else Block((lowered,))
 
-    def node(self, node: Program):
-        """The lowered form of ``node``.  Leaves take their step numbers in the order liveness
-        numbered them (:meth:`take_step` checks each); a ``while`` predicate is numbered after its
-        condition, an ``If`` predicate before its branches."""
-        if isinstance(node, Sequence):
-            return Block(tuple(self.node(p) for p in node.programs))
-        if isinstance(node, Execute):
-            cs = node.compute_set
-            return self.leaf(node, lambda s: ExecuteStep(
-                s, cs.name, tuple(self.vertex(v) for v in cs.vertices)))
-        if isinstance(node, Copy):
-            return self.leaf(node, lambda s: CopyStep(s, self.operand(node.src),
-                                                      self.operand(node.dst)))
-        if isinstance(node, (WriteUndef, Sync)):
-            return self.leaf(node, lambda s: MarkStep(s, type(node).__name__))
-        if isinstance(node, PrintTensor):
-            return self.leaf(node, lambda s: PrintStep(s, node.label, self.operand(node.tensor)))
-        if isinstance(node, Repeat):
+    def node(self, node):
+        """The lowered form of the analysis node ``node``: the program tree's shape, with each
+        leaf, ``while`` predicate and ``If`` predicate at the step its analysis node carries."""
+        if isinstance(node, LeafNode):
+            return self.leaf(node.step)
+        if isinstance(node, SequenceNode):
+            return Block(tuple(self.node(item) for item in node.items))
+        if isinstance(node, RepeatNode):
             return Loop(node.count, self.block(node.body))
-        if isinstance(node, RepeatWhileTrue):
-            condition = self.block(node.condition)
-            step = self.take_step(node)
-            predicate = self.operand(node.predicate)
-            self.leaves[step] = MarkStep(step, "RepeatWhileTrue predicate")
+        if isinstance(node, WhileNode):
+            condition = self.block(node.cond)
+            step, predicate = self.predicate(node.pred, "RepeatWhileTrue predicate")
             return WhileLoop(condition, step, predicate, self.block(node.body))
-        if isinstance(node, If):
-            step = self.take_step(node)
-            self.leaves[step] = MarkStep(step, "If predicate")
-            predicate = self.operand(node.predicate)
+        if isinstance(node, IfNode):
+            step, predicate = self.predicate(node.pred, "If predicate")
             return Branch(step, predicate, self.block(node.then), self.block(node.otherwise))
-        if isinstance(node, Call):
-            return CallFunction(self.function_index[id(node.function)])
-        raise GrucProgramError(f"cannot lower program node {type(node).__name__}")
+        return CallFunction(node.function)  # CallNode
 
     def run(self) -> Executable:
         """The executable: entry programs, then function bodies (the order liveness numbers steps
         in), with host streams, the allocated constants and each step's reads and writes."""
-        programs = tuple(self.block(p) for p in self.module.programs)
-        functions = tuple(self.block(f.program) for f in self.functions)
-        if self.next_step != len(self.steps):
-            raise GrucProgramError("internal error: lowering and liveness disagree on the steps")
+        programs = tuple(self.block(tree) for tree in self.liveness.program_trees)
+        functions = tuple(self.block(tree) for tree in self.liveness.function_trees)
         graph = self.graph
         return Executable(
             programs=programs, functions=functions,

@@ -62,7 +62,7 @@ def control_flow_program(start: int):
 @pytest.mark.parametrize("start, taken", [(0, True), (5, False)])
 def test_plan_only_report_equals_the_run(start, taken):
     g, prog, engine = control_flow_program(start)
-    static = StaticProgram(engine.module, engine.plan.liveness.steps)
+    static = StaticProgram(engine.plan.liveness)
     (loop,) = static.loops(0)
     (branch,) = static.branch_steps
     trips = max(3 - start, 0)
@@ -76,7 +76,7 @@ def test_several_runs_add_up():
     g, prog, engine = control_flow_program(0)
     engine.write_tensor("n", np.array([0]))
     engine.run(0)
-    static = StaticProgram(engine.module, engine.plan.liveness.steps)
+    static = StaticProgram(engine.plan.liveness)
     (loop,) = static.loops(0)
     (branch,) = static.branch_steps
     counts = static.step_counts((0, 0), trips={loop.index: 3}, branches={branch: True})
@@ -104,7 +104,7 @@ def test_counts_too_large_for_64_bits_are_refused_not_wrapped():
 def test_data_dependent_control_flow_must_be_given():
     g, prog, engine = control_flow_program(0)
     compiled = compile_program(g, prog)
-    static = StaticProgram(compiled.module, compiled.plan.liveness.steps)
+    static = StaticProgram(compiled.plan.liveness)
     (loop,) = static.loops(0)
     with pytest.raises(GrucValueError, match=f"step {loop.index} .*trip count"):
         static.step_counts()
