@@ -12,7 +12,7 @@ import importlib
 import math
 
 from gruc.errors import GrucValueError
-from gruc.ir.dataflow import dataflow_graph
+from gruc.analysis.dataflow import dataflow_graph
 from gruc.ir.module import Module
 from gruc.ir.printer import format_type
 
@@ -26,7 +26,7 @@ def dot_string(text: str) -> str:
 
 
 def dataflow_dot(module: Module, name: str = "dataflow") -> str:
-    """The dataflow graph of ``module`` (:func:`gruc.ir.dataflow.dataflow_graph`) in DOT.
+    """The dataflow graph of ``module`` (:func:`gruc.analysis.dataflow.dataflow_graph`) in DOT.
 
     Variables are boxes (the variable's name, type and bytes), steps are ellipses numbered
     in program order; an edge variable → step is a read, step → variable a write (dashed when the

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gruc import FLOAT, Graph, Sequence, Target
-from gruc.ir.dataflow import dataflow_graph
+from gruc.analysis.dataflow import dataflow_graph
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module

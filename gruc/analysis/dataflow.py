@@ -11,48 +11,20 @@ Two views, both built from :mod:`gruc.ir.effects` (which variables each step rea
   wrote (``waw``).  Scheduling, BSP levels (``networkx.topological_generations``) and the critical
   path (:func:`critical_path`) come straight from networkx.
 
-Steps are the leaf program nodes numbered as every analysis numbers them (:func:`steps_of`), each
-with its index, node and a short description.  Loop bodies appear once: this is the static
-program, not an unrolled trace.
+Steps are the leaf program nodes as :class:`~gruc.analysis.steps.StepTree` numbers them for
+every analysis, each with its index, node and a short description.  Loop bodies appear once: this
+is the static program, not an unrolled trace.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable
 
 import networkx as nx
 
-from gruc.ir.effects import EffectTable
+from gruc.analysis.steps import StepTree
 from gruc.ir.module import Module
-from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue, Sync,
-                             WriteUndef)
-
-LEAVES = (Execute, Copy, WriteUndef, PrintTensor, Sync, If, RepeatWhileTrue)
-"""Nodes that are steps (for If / RepeatWhileTrue: reading the predicate)."""
-
-
-def steps_of(module: Module) -> Iterator[Program]:
-    """The step nodes of ``module``, in the order liveness, the memory plan and the report number
-    them (:mod:`gruc.analysis.steps`): the entry programs, then each function the module calls, once
-    (:attr:`Module.functions`); a ``RepeatWhileTrue``'s predicate read after its condition and
-    before its body, an ``If``'s before its branches."""
-
-    def visit(node: Program) -> Iterator[Program]:
-        if isinstance(node, RepeatWhileTrue):
-            yield from visit(node.condition)
-            yield node
-            yield from visit(node.body)
-            return
-        if isinstance(node, LEAVES):
-            yield node
-        for child in node.children():
-            yield from visit(child)
-
-    for program in module.programs:
-        yield from visit(program)
-    for function in module.functions:
-        yield from visit(function.program)
-
+from gruc.ir.program import Execute, Program
 
 def describe(node: Program) -> str:
     if isinstance(node, Execute):
@@ -63,13 +35,12 @@ def describe(node: Program) -> str:
 def dataflow_graph(module: Module) -> nx.DiGraph:
     """Steps ``("step", k)`` and variables ``("var", v)`` joined by read and write edges."""
     graph = module.graph
-    effects = EffectTable(graph)
     flow = nx.DiGraph()
     for index, variable in enumerate(graph.variables):
         flow.add_node(("var", index), name=variable.name, dtype=variable.dtype.name,
                       shape=variable.shape, nbytes=variable.nbytes)
-    for k, node in enumerate(steps_of(module)):
-        effect = effects.of(node)
+    for step in StepTree(module).steps:
+        k, node, effect = step.index, step.node, step.effect
         flow.add_node(("step", k), node=node, text=describe(node))
         for v in effect.reads:
             flow.add_edge(("var", v), ("step", k), kind="read")
@@ -80,7 +51,6 @@ def dataflow_graph(module: Module) -> nx.DiGraph:
 
 def step_dependencies(module: Module) -> nx.DiGraph:
     """The DAG of ordering constraints between steps (edges carry ``kinds``: raw, war, waw)."""
-    effects = EffectTable(module.graph)
     dag = nx.DiGraph()
     last_writer: dict[int, int] = {}
     readers_since_write: dict[int, list[int]] = {}
@@ -93,8 +63,8 @@ def step_dependencies(module: Module) -> nx.DiGraph:
         else:
             dag.add_edge(a, b, kinds={kind})
 
-    for k, node in enumerate(steps_of(module)):
-        effect = effects.of(node)
+    for step in StepTree(module).steps:
+        k, node, effect = step.index, step.node, step.effect
         dag.add_node(k, node=node, text=describe(node))
         for v in effect.reads:
             if v in last_writer:
