@@ -124,14 +124,19 @@ def tile_runs(tiles: np.ndarray, starts: np.ndarray, first_id: int, size: int,
     mapped = np.flatnonzero(run_tiles >= 0)
     ranks[:] = 0
     if len(mapped):
-        # each mapped run's rank: the lengths of the runs before it on its tile, in run order
-        order = mapped[np.argsort(run_tiles[mapped], kind="stable")]
-        before = np.cumsum(lengths[order]) - lengths[order]
-        tile_sorted = run_tiles[order]
-        group_first = np.flatnonzero(np.concatenate(([True], tile_sorted[1:] != tile_sorted[:-1])))
-        group_of = np.repeat(group_first, np.diff(np.append(group_first, len(order))))
-        ranks[order] = (before - before[group_of]) * size
-        np.add.at(counts, run_tiles[mapped], lengths[mapped])
+        # a run's rank: the elements of the runs before it on its tile.  With the runs ordered by
+        # tile (stably: in run order within a tile), that is the elements before it in that order
+        # less those of the tiles before its own (tiles sorted as 16 bits where they fit: a radix
+        # sort in numpy)
+        keys, sizes = run_tiles[mapped], lengths[mapped]
+        order = np.argsort(keys.astype(np.uint16) if len(counts) <= 1 << 16 else keys,
+                           kind="stable")
+        in_order = sizes[order]
+        before = np.empty(len(mapped), np.int64)
+        before[order] = np.cumsum(in_order) - in_order
+        per_tile = np.bincount(keys, weights=sizes, minlength=len(counts)).astype(np.int64)
+        ranks[mapped] = (before - (np.cumsum(per_tile) - per_tile)[keys]) * size
+        counts += per_tile
     return int(lengths.sum() - lengths[mapped].sum())
 
 

@@ -24,6 +24,8 @@ from gruc.ir.tensor import Tensor, Variable
 from gruc.ir.tile_table import repeats_its_rows
 
 _MEMO_ENTRIES = 256
+_SCANNED_GAP = 1 << 16
+"""Gaps of at most this many elements are read directly by :meth:`VariableTiles.tile_between`."""
 _CHECKED_BELOW = 1 << 22
 """Rows of fewer tiles than this are compared with a copy at every use (a memo is never stale);
 longer ones are trusted while the table's array and the variable's row length are unchanged."""
@@ -55,13 +57,16 @@ class VariableTiles:
         self._snapshot: bytes | None = None
 
     def _sorted(self) -> None:
-        """Count and sort the row's elements by tile (again if its tiles changed since)."""
+        """Count and sort the row's elements by tile (again if its tiles changed since).  Tiles
+        are small integers: sorted as 16 bits where they fit, which numpy's stable sort does by
+        radix (a sharded sequence's 41 million elements in a fraction of a second, not seconds)."""
         if self._snapshot is not None and (len(self.row) >= _CHECKED_BELOW
                                            or self.row.tobytes() == self._snapshot):
             return
         row = np.maximum(self.row, 0)
         self._counts = np.bincount(row, minlength=self.num_tiles)
-        self._order = np.argsort(row, kind="stable")
+        keys = row.astype(np.uint16) if self.num_tiles <= 1 << 16 else row
+        self._order = np.argsort(keys, kind="stable")
         self._starts = np.cumsum(self._counts) - self._counts
         self._snapshot = self.row.tobytes()
 
@@ -84,9 +89,14 @@ class VariableTiles:
         return self._counts
 
     def tile_between(self, first: int, last: int, tile: int) -> bool:
-        """Whether an element strictly between positions ``first < last`` is on ``tile``."""
+        """Whether an element strictly between positions ``first < last`` is on ``tile``.  A short
+        gap (a row of a sequence, the usual question) is read directly; a long one is answered
+        from the row sorted by tile."""
         if last - first <= 1:
             return False
+        if last - first - 1 <= _SCANNED_GAP:
+            between = np.arange(first + 1, last, dtype=np.int64)
+            return bool(np.any(self.tiles_of(between) == tile))
         self._sorted()
         begin = self._starts[tile]
         at = self._order[begin:begin + self._counts[tile]]  # the tile's positions, ascending
