@@ -34,6 +34,7 @@ from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
                              RepeatWhileTrue, Sequence, Sync, WriteUndef)
 from gruc.ir.tensor import Tensor
+from gruc.ir.vertices import VertexKind
 from gruc.memory.plan import MemoryPlan
 from gruc.runtime.addresses import PlanAddresses
 from gruc.runtime.row_runs import RowRuns
@@ -175,8 +176,8 @@ class LoweredVertex:
     fields: dict[str, Union[Operand, tuple[Operand, ...]]]
 
     @property
-    def kind(self) -> str:
-        return self.vertex.kind.name
+    def kind(self) -> VertexKind:
+        return self.vertex.kind
 
     @property
     def params(self) -> dict[str, Any]:
