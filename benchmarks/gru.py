@@ -52,6 +52,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from _common import gruc_layer, write_result  # noqa: E402
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE  # noqa: E402
+from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE  # noqa: E402
+from gruc.ir.codelets.matmul import (MATMUL_PARTIALS, MATMUL_REDUCE,  # noqa: E402
+                                     MATMUL_REDUCE_ACC)
+from gruc.ir.codelets.reduce import REDUCE, REDUCE_UPDATE  # noqa: E402
 from gruc.popnn.gru_io import GruHostWeights, to_torch  # noqa: E402
 from gruc.runtime.blas import Product, library_name  # noqa: E402
 from gruc.runtime.codelets.matmul_fused import DEFERRED_DEPTH  # noqa: E402
@@ -250,11 +255,11 @@ def interleaved(contenders: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
-STEP_KINDS = (("products", {"MatMulPartials"}),
-              ("product_outputs", {"MatMulReduce", "MatMulReduceAcc"}),
-              ("elementwise", {"Map", "MapInPlace"}),
-              ("reductions", {"Reduce", "ReduceUpdate"}),
-              ("sequence_slices", {"DynamicSlice", "DynamicUpdate"}))
+STEP_KINDS = (("products", {MATMUL_PARTIALS}),
+              ("product_outputs", {MATMUL_REDUCE, MATMUL_REDUCE_ACC}),
+              ("elementwise", {MAP, MAP_IN_PLACE}),
+              ("reductions", {REDUCE, REDUCE_UPDATE}),
+              ("sequence_slices", {DYNAMIC_SLICE, DYNAMIC_UPDATE}))
 """How :func:`breakdown` names the steps of a run, by the kinds of vertices they execute:
 products (a BLAS call with the operands it gathers from tile memory), writing or accumulating
 their outputs into tile memory, elementwise maps, reductions, and slices of the sequences; the

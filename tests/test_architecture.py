@@ -1,5 +1,6 @@
 """The picture of docs/architecture.md, held against the code: every import runs down the layers,
-and the definition of a program imports neither the compiler's back end nor numba."""
+the definition of a program imports neither the compiler's back end nor numba, and code names
+vertex kinds by their objects."""
 
 from __future__ import annotations
 
@@ -73,3 +74,46 @@ def test_compiling_a_program_needs_no_numba():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """``id`` of every docstring node of ``tree``: the first statement's string of the module and
+    of each class and function."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            found.add(id(node.body[0].value))
+    return found
+
+
+def _kind_definitions(tree: ast.Module) -> set[int]:
+    """``id`` of the name argument of every ``VertexKind("Name", ...)`` in ``tree``."""
+    return {id(node.args[0]) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "VertexKind" and node.args}
+
+
+def test_code_names_vertex_kinds_by_their_objects():
+    """A kind's name is its identity in text only (the text IR, JSON, ``add_vertex`` by name):
+    code refers to a kind by the object its family declares, so a misspelt kind fails at import
+    instead of silently matching nothing.  Only the kind's own definition holds its name; prose
+    (docstrings, comments) may name it."""
+    import gruc.ir.codelets  # noqa: F401 (registers every kind)
+    from gruc.ir.vertices import VERTEX_KINDS
+
+    defined, named = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        prose, definitions = _docstrings(tree), _kind_definitions(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value in VERTEX_KINDS) or id(node) in prose:
+                continue
+            if id(node) in definitions:
+                defined.append(node.value)
+            else:
+                named.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert defined, "no VertexKind(...) definition found: the scan sees no kind names"
+    assert named == []

@@ -19,6 +19,8 @@ import numpy as np
 
 from gruc.errors import GrucProgramError, expect
 from gruc.ir import expr as ex
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
+from gruc.ir.codelets.elementwise import MAP_IN_PLACE
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import ComputeSet, Graph
 from gruc.ir.module import Module
@@ -27,7 +29,7 @@ from gruc.ir.tensor import Variable
 
 __all__ = ["TimeLoop", "find_time_loops"]
 
-_DYNAMIC = ("DynamicSlice", "DynamicUpdate")
+_DYNAMIC = (DYNAMIC_SLICE, DYNAMIC_UPDATE)
 
 
 @dataclass(eq=False)
@@ -60,7 +62,7 @@ def _scalar(tensor) -> int | None:
 
 def _advance(cs: ComputeSet, counter: Variable) -> int | None:
     """+1 / -1 if ``cs`` is one ``MapInPlace`` moving ``counter`` by one, else None."""
-    if len(cs.vertices) != 1 or cs.vertices[0].kind.name != "MapInPlace":
+    if len(cs.vertices) != 1 or cs.vertices[0].kind is not MAP_IN_PLACE:
         return None
     vertex = cs.vertices[0]
     inout = vertex.fields["inout"]
@@ -86,17 +88,17 @@ def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> Tim
     loop = parent.programs[at]
     dynamic = [cs for cs in dict.fromkeys(n.compute_set for n in loop.body.walk()
                                           if isinstance(n, Execute))
-               if any(v.kind.name in _DYNAMIC for v in cs.vertices)]
+               if any(v.kind in _DYNAMIC for v in cs.vertices)]
     if not dynamic:
         return None
     offsets = {v.fields["offset"].variables()[0] for cs in dynamic for v in cs.vertices
-               if v.kind.name in _DYNAMIC}
+               if v.kind in _DYNAMIC}
     expect(len(offsets) == 1, GrucProgramError,
            f"time loop slices at {len(offsets)} different offsets; one counter is needed")
     (counter,) = offsets
     rows: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
     for cs in dynamic:
-        others = sorted({v.kind.name for v in cs.vertices} - set(_DYNAMIC))
+        others = sorted({v.kind.name for v in cs.vertices if v.kind not in _DYNAMIC})
         expect(not others, GrucProgramError,
                f"compute set {cs.name!r} holds {', '.join(others)} vertices beside the time "
                "loop's row slices; only compute sets of DynamicSlice / DynamicUpdate vertices "
@@ -156,7 +158,7 @@ def find_time_loops(module: Module) -> tuple[list[TimeLoop], list[RepeatWhileTru
             continue
         seen.add(id(node))
         if isinstance(node, RepeatWhileTrue) and any(
-                isinstance(n, Execute) and any(v.kind.name in _DYNAMIC for v in n.compute_set.vertices)
+                isinstance(n, Execute) and any(v.kind in _DYNAMIC for v in n.compute_set.vertices)
                 for n in node.body.walk()):
             variable.append(node)
         if not isinstance(node, Sequence):

@@ -7,8 +7,10 @@ A field may be a *vector* field (Poplar's ``Vector<Input<...>>``): a tuple of te
 
 A kind is declared once, in its codelet family under :mod:`gruc.ir.codelets` (elementwise, reduce,
 matmul, dynamic slicing, ...), with :func:`register`; the IR, printer, verifier and both runtime
-engines look kinds up by name in :data:`VERTEX_KINDS`.  Each family's engine implementations and
-cycle estimates live under :mod:`gruc.runtime.codelets`, keyed by the same names.
+engines refer to a kind by the object the family declares.  A kind's name is its identity in text
+only: the text IR, its JSON form and a user's ``add_vertex`` by name find the kind in
+:data:`VERTEX_KINDS`.  Each family's engine implementations and cycle estimates live under
+:mod:`gruc.runtime.codelets`, keyed by the kind objects.
 
 *Elementwise* kinds may be added without a tile: the vertex then stands for one vertex on every
 tile that holds elements of its ``split`` field, each computing the elements on its own tile
@@ -69,9 +71,13 @@ def InOut(vector: bool = False, optional: bool = False) -> Field:  # noqa: N802
     return Field(Direction.INOUT, vector, optional)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class VertexKind:
-    """A codelet: its fields, its parameters and the rule that checks a vertex of it."""
+    """A codelet: its fields, its parameters and the rule that checks a vertex of it.
+
+    A kind is one object, the one :func:`register` holds: kinds compare and hash by identity, so
+    code names a kind by that object (``vertex.kind is MAP``) and tables of per-kind code are keyed
+    by it."""
 
     name: str
     fields: dict[str, Field]

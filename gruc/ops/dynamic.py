@@ -32,12 +32,13 @@ from typing import Sequence
 import numpy as np
 
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
-from gruc.ir.codelets.dynamic import OFFSET_TYPES
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE, OFFSET_TYPES
 from gruc.ir.graph import ComputeSet, Graph, check_op_args
 from gruc.ir.mapping import UNMAPPED, TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import (Tensor, as_ints, concat, require_writable, share_elements,
                              strided_columns)
+from gruc.ir.vertices import VertexKind
 
 __all__ = ["dynamic_slice", "dynamic_update"]
 
@@ -111,8 +112,8 @@ def _equally_spaced(runs: list[tuple[int, int]]) -> tuple[int, int, int, int] | 
     return None
 
 
-def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: str, offset: Tensor, base: Tensor,
-                         window_field: str, window: Tensor) -> None:
+def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: VertexKind, offset: Tensor,
+                         base: Tensor, window_field: str, window: Tensor) -> None:
     """One ``kind`` vertex per tile, over the columns whose first base element is on that tile.
 
     A tile's columns are given in column order: as one :func:`strided_columns` view where its runs
@@ -166,7 +167,7 @@ def dynamic_slice(graph: Graph, t: Tensor, offset: Tensor, dims: Sequence[int],
     if not whole:
         _map_columns_home(graph, out, dims, home)
     cs = graph.add_compute_set(name or "dynamic_slice")
-    _add_column_vertices(graph, cs, "DynamicSlice", offset, _columns(t, dims), "out",
+    _add_column_vertices(graph, cs, DYNAMIC_SLICE, offset, _columns(t, dims), "out",
                          _columns(out, dims))
     prog.add(Execute(cs))
     return out
@@ -202,7 +203,7 @@ def dynamic_update(graph: Graph, t: Tensor, s: Tensor, offset: Tensor, dims: Seq
         _map_columns_home(graph, target, dims, home)
         prog.add(Copy(t, target))
     cs = graph.add_compute_set(name or "dynamic_update")
-    _add_column_vertices(graph, cs, "DynamicUpdate", offset, _columns(target, dims), "update",
+    _add_column_vertices(graph, cs, DYNAMIC_UPDATE, offset, _columns(target, dims), "update",
                          _columns(s, dims))
     prog.add(Execute(cs))
     if target is not t:

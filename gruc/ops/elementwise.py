@@ -25,6 +25,7 @@ import numpy as np
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir import expr as ex
+from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, require_writable, share_elements
@@ -112,9 +113,9 @@ def _add_map_vertex(graph: Graph, expr: ex.Expr, tensors: Sequence[Tensor], out:
     cs = graph.add_compute_set(name or ("map_in_place" if in_place else "map"))
     ins = [t.broadcast_to(out.shape) for t in tensors]
     if in_place:
-        graph.add_vertex(cs, "MapInPlace", {"inout": out, "ins": ins[1:]}, expr=expr)
+        graph.add_vertex(cs, MAP_IN_PLACE, {"inout": out, "ins": ins[1:]}, expr=expr)
     else:
-        graph.add_vertex(cs, "Map", {"out": out, "ins": ins}, expr=expr)
+        graph.add_vertex(cs, MAP, {"out": out, "ins": ins}, expr=expr)
     prog.add(Execute(cs))
 
 

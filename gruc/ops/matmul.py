@@ -48,7 +48,7 @@ from pydantic import Field, field_validator
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.codelets.conv_costs import reduce_stages
-from gruc.ir.codelets.matmul import MATMUL_TYPES, Blocking
+from gruc.ir.codelets.matmul import MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_TYPES, Blocking
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
@@ -350,9 +350,9 @@ def _reduce(graph: Graph, partials: Tensor, out: Tensor, geometry: Blocking, gri
         if full:
             sums = result.slice(0, full, 1).reshape((G * full, M, N))
             terms = current.slice(0, full * per, 1).reshape((G * full, per, M, N))
-            graph.add_vertex(cs, "MatMulReduce", {"out": sums, "partials": terms})
+            graph.add_vertex(cs, MATMUL_REDUCE, {"out": sums, "partials": terms})
         if tail:
-            graph.add_vertex(cs, "MatMulReduce",
+            graph.add_vertex(cs, MATMUL_REDUCE,
                              {"out": result.slice(full, full + 1, 1).reshape((G, M, N)),
                               "partials": current.slice(full * per, rows, 1)})
         prog.add(Execute(cs))
@@ -378,7 +378,7 @@ def _emit(graph: Graph, plan: MatMulPlan, a: Tensor, b: Tensor, out: Tensor, pro
                                           f"{label}.partials")
             _set_tiles(graph, partials, geometry.partials_tiles(grid))
         cs = graph.add_compute_set(f"{label}.partials")
-        graph.add_vertex(cs, "MatMulPartials", {"a": a_used, "b": b_used, "partials": partials},
+        graph.add_vertex(cs, MATMUL_PARTIALS, {"a": a_used, "b": b_used, "partials": partials},
                          blocks=tuple(int(v) for v in geometry.block),
                          method=plan.method.as_param(), orientation=plan.orientation)
         prog.add(Execute(cs))

@@ -45,8 +45,8 @@ import numpy as np
 
 from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
                          GrucValueError)
-from gruc.ir.codelets.reduce import (Operation, check_reduce_types, identity, operation_of,
-                                     partials_dtype)
+from gruc.ir.codelets.reduce import (REDUCE, REDUCE_UPDATE, Operation, check_reduce_types,
+                                     identity, operation_of, partials_dtype)
 from gruc.ir.graph import Graph, check_op_args
 from gruc.ir.layout import Strided, contiguous_strides
 from gruc.ir.mapping import UNMAPPED, TileMapping
@@ -231,7 +231,7 @@ def _emit(graph: Graph, plan: _Plan, flat_out: Tensor, out_tiles: np.ndarray, op
           in_dtype: DType, update: bool, scale: float, prog: Seq, name: str) -> None:
     """Add the partials compute set, the exchange copy and the final compute set to ``prog``."""
     num = plan.num_outputs
-    final_kind = "ReduceUpdate" if update else "Reduce"
+    final_kind = REDUCE_UPDATE if update else REDUCE
     direct = (plan.count == 1) & (plan.best_tile == out_tiles)
     pair_direct = direct[plan.pair_o]
     direct_keys = plan.pair_key[pair_direct]
@@ -285,8 +285,8 @@ def _emit(graph: Graph, plan: _Plan, flat_out: Tensor, out_tiles: np.ndarray, op
         if tile in partial_regions:
             lo, hi = np.searchsorted(nd_keys, [base, base + num])
             regions = partial_regions[tile]
-            graph.add_vertex(stage1, "Reduce", {"out": partials.slice(int(lo), int(hi), 0),
-                                                "ins": [r for _, r in regions]}, tile=tile,
+            graph.add_vertex(stage1, REDUCE, {"out": partials.slice(int(lo), int(hi), 0),
+                                              "ins": [r for _, r in regions]}, tile=tile,
                              op=op.value, offsets=[s for s, _ in regions], scale=1.0)
     prog.add(Execute(stage1))
     if single_stage:

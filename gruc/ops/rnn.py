@@ -54,6 +54,7 @@ from typing import Callable, Sequence
 
 from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir import expr as ex
+from gruc.ir.codelets.elementwise import MAP
 from gruc.ir.graph import Function, Graph
 from gruc.ir.program import Call, Copy, Execute, Repeat, RepeatWhileTrue, Sequence as Seq
 from gruc.ir.tensor import Tensor, Variable, concat
@@ -319,7 +320,7 @@ class _LoopBuilder:
             graph.set_tile_mapping(out, graph.get_tile_mapping(lengths))
             expression = ex.bind_const_types(ex.cast(flag, self.params.dtype),
                                              [t.dtype for t in operands])
-            graph.add_vertex(cs, "Map", {"out": out, "ins": operands}, expr=expression)
+            graph.add_vertex(cs, MAP, {"out": out, "ins": operands}, expr=expression)
             results.append(out)
         flags.add(Execute(cs))
         return results[0], results[1]

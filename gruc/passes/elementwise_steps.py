@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gruc.ir import expr as ex
+from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
 from gruc.ir.graph import ComputeSet, Graph
 from gruc.ir.program import Execute, Program
 from gruc.ir.tensor import Tensor
@@ -36,9 +37,9 @@ def elementwise_step(node: Program) -> ElementwiseStep | None:
     if not isinstance(node, Execute) or len(node.compute_set.vertices) != 1:
         return None
     vertex = node.compute_set.vertices[0]
-    if vertex.tile is not None or vertex.kind.name not in ("Map", "MapInPlace"):
+    if vertex.tile is not None or vertex.kind not in (MAP, MAP_IN_PLACE):
         return None
-    in_place = vertex.kind.name == "MapInPlace"
+    in_place = vertex.kind is MAP_IN_PLACE
     dest = vertex.fields["inout" if in_place else "out"]
     operands = ((dest,) if in_place else ()) + tuple(vertex.fields["ins"])
     expression = ex.bind_const_types(vertex.params["expr"], [t.dtype for t in operands])
@@ -65,7 +66,7 @@ class ElementwiseVertex:
     def add_to(self, graph: Graph, name: str) -> ComputeSet:
         cs = graph.add_compute_set(name)
         fields = {"inout" if self.in_place else "out": self.dest, "ins": list(self.ins)}
-        graph.add_vertex(cs, "MapInPlace" if self.in_place else "Map", fields, expr=self.expr)
+        graph.add_vertex(cs, MAP_IN_PLACE if self.in_place else MAP, fields, expr=self.expr)
         return cs
 
 

@@ -39,7 +39,9 @@ from typing import Callable
 import numpy as np
 
 from gruc.errors import GrucMemoryError
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
 from gruc.ir.module import Module
+from gruc.ir.vertices import VertexKind
 from gruc.memory.plan import MemoryPlan
 from gruc.runtime.interp import (NUMPY_VERTICES, Interpreter, Prepared, PrepareVertex,
                                  numpy_copy)
@@ -48,7 +50,7 @@ from gruc.runtime.lower import (CopyStep, DeviceMemory, Executable, ExecuteStep,
 from gruc.runtime.verify_memory import (Access, Regions, copy_accesses, describe_vertex,
                                         vertex_accesses)
 
-DYNAMIC_WINDOWS = {"DynamicSlice": "out", "DynamicUpdate": "update"}
+DYNAMIC_WINDOWS = {DYNAMIC_SLICE: "out", DYNAMIC_UPDATE: "update"}
 """Vertex kinds whose addresses depend on data, and the field holding their window."""
 
 
@@ -116,7 +118,8 @@ class _GuardedTable(dict):
     prepared callable wrapped by the interpreter's guard, and ``inner``'s whole-executable hooks
     run through the interpreter (which wraps what they return)."""
 
-    def __init__(self, inner: dict[str, PrepareVertex], interpreter: "CheckedInterpreter") -> None:
+    def __init__(self, inner: dict[VertexKind, PrepareVertex],
+                 interpreter: "CheckedInterpreter") -> None:
         super().__init__()
         for kind in {*NUMPY_VERTICES, *inner}:
             self[kind] = self._wrapped(inner.get(kind) or NUMPY_VERTICES[kind], interpreter)
@@ -132,7 +135,7 @@ class CheckedInterpreter(Interpreter):
     """An :class:`Interpreter` whose every vertex and copy is bounds-checked before it runs."""
 
     def __init__(self, executable: Executable, memory: DeviceMemory,
-                 vertices: dict[str, PrepareVertex] | None = None,
+                 vertices: dict[VertexKind, PrepareVertex] | None = None,
                  copy: Callable[[DeviceMemory, CopyStep], None] = numpy_copy, *,
                  module: Module, plan: MemoryPlan, require_local: bool = False) -> None:
         self.regions = Regions(plan, module.graph, executable.tile_stride)

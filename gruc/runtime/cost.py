@@ -28,6 +28,7 @@ from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.ir.tile_table import repeats_its_rows
+from gruc.ir.vertices import VertexKind
 from gruc.target import Target
 
 VERTEX_OVERHEAD_CYCLES = 50
@@ -37,16 +38,16 @@ COPY_BYTES_PER_CYCLE = 8
 """On-tile memory copies move one 64-bit word per cycle."""
 
 Estimator = Callable[[Vertex, np.ndarray, Target], np.ndarray]
-CYCLE_ESTIMATORS: dict[str, Estimator] = {}
+CYCLE_ESTIMATORS: dict[VertexKind, Estimator] = {}
 
 ExchangeEstimator = Callable[[Vertex, Graph, "Traffic"], None]
 """Adds to a step's traffic what a vertex's operands move: the elements each tile receives."""
-EXCHANGE_ESTIMATORS: dict[str, ExchangeEstimator] = {}
+EXCHANGE_ESTIMATORS: dict[VertexKind, ExchangeEstimator] = {}
 """Exchange of kinds whose fields do not pair element by element with the split field (a matmul's
 operand blocks go to every tile that uses them); other kinds get the elementwise rule."""
 
 
-def cycle_estimator(kind: str) -> Callable[[Estimator], Estimator]:
+def cycle_estimator(kind: VertexKind) -> Callable[[Estimator], Estimator]:
     """Register the compute-cycle estimator of vertex kind ``kind``."""
 
     def register(fn: Estimator) -> Estimator:
@@ -56,7 +57,7 @@ def cycle_estimator(kind: str) -> Callable[[Estimator], Estimator]:
     return register
 
 
-def exchange_estimator(kind: str) -> Callable[[ExchangeEstimator], ExchangeEstimator]:
+def exchange_estimator(kind: VertexKind) -> Callable[[ExchangeEstimator], ExchangeEstimator]:
     """Register the exchange estimator of vertex kind ``kind``."""
 
     def register(fn: ExchangeEstimator) -> ExchangeEstimator:
@@ -409,12 +410,12 @@ class _StepCoster:
         else:
             elements = self.zeros()
             elements[vertex.tile] = max(t.num_elements for t in tensors)
-        estimator = CYCLE_ESTIMATORS.get(vertex.kind.name)
+        estimator = CYCLE_ESTIMATORS.get(vertex.kind)
         if estimator is None:
             compute += elementwise_cycles(elements, 1, 1)
         else:
             compute += estimator(vertex, elements, self.target)
-        exchange = EXCHANGE_ESTIMATORS.get(vertex.kind.name)
+        exchange = EXCHANGE_ESTIMATORS.get(vertex.kind)
         if exchange is not None:
             exchange(vertex, self.graph, traffic)
             return

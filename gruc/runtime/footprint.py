@@ -39,10 +39,15 @@ from functools import cached_property
 import numpy as np
 
 from gruc.errors import GrucValueError
-from gruc.ir.codelets.matmul import FIELD_N, block_tiles, blocking_of, method_of
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
+from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
+from gruc.ir.codelets.matmul import (FIELD_N, MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_REDUCE_ACC,
+                                     block_tiles, blocking_of, method_of)
+from gruc.ir.codelets.reduce import REDUCE, REDUCE_UPDATE
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Repeat, RepeatWhileTrue
+from gruc.ir.vertices import VertexKind
 from gruc.memory.plan import MemoryPlan, TileOverflow
 from gruc.memory.planner import LARGEST_SHOWN, tile_total
 from gruc.runtime.cost import StepCost
@@ -84,21 +89,23 @@ AMP_WORKLIST_BYTES = 36
 """Its worklists: three 16-bit entries (output offset, count, input offset) for each of the six
 workers."""
 
-CODE_BYTES = {
-    "MatMulPartials:AMP": 1024,
-    "MatMulPartials:MAC": 640,
-    "MatMulReduce": 384,
-    "MatMulReduceAcc": 384,
-    "Map": 320,
-    "MapInPlace": 320,
-    "DynamicSlice": 384,
-    "DynamicUpdate": 384,
-    "Reduce": 640,
-    "ReduceUpdate": 640,
+CODE_BYTES: dict[VertexKind, int] = {
+    MATMUL_REDUCE: 384,
+    MATMUL_REDUCE_ACC: 384,
+    MAP: 320,
+    MAP_IN_PLACE: 320,
+    DYNAMIC_SLICE: 384,
+    DYNAMIC_UPDATE: 384,
+    REDUCE: 640,
+    REDUCE_UPDATE: 640,
 }
-"""Code bytes of each codelet, counted (instructions x 4 bytes) from poplibs' assembly for it,
-or, for codelets poplibs compiles from C++ (generated elementwise expressions), from the assembly
-of the popops vertex doing the same work; see ``docs/memory-model.md``."""
+"""Code bytes of each kind's codelet, counted (instructions x 4 bytes) from poplibs' assembly for
+it, or, for codelets poplibs compiles from C++ (generated elementwise expressions), from the
+assembly of the popops vertex doing the same work; see ``docs/memory-model.md``."""
+
+PARTIALS_CODE_BYTES = {"AMP": 1024, "MAC": 640}
+"""Code bytes of a ``MatMulPartials`` codelet, by its conv method: ``ConvPartial1x1Out`` (AMP)
+or ``ConvPartialHorizontalMac`` (MAC)."""
 
 DEFAULT_CODE_BYTES = 384
 """Code bytes of a codelet not in :data:`CODE_BYTES`."""
@@ -205,21 +212,25 @@ def _reduce_state(vertex: Vertex, tiles: np.ndarray, num_tiles: int
     return record, data
 
 
-def codelet_of(vertex: Vertex) -> str:
-    """The codelet a vertex runs, as :data:`CODE_BYTES` names it (a generated elementwise
-    codelet per distinct expression)."""
-    name = vertex.kind.name
-    if name == "MatMulPartials":
-        return f"{name}:{method_of(vertex).kind}:{vertex.fields['a'].dtype.name}"
-    if name in ("Map", "MapInPlace"):
-        return f"{name}:{vertex.params['expr']!r}"
-    return name
+Codelet = tuple[VertexKind, str]
+"""A codelet as a tile holds its code: the vertex kind, and which of the kind's codelets (a matrix
+product's conv method and input type, a map's expression; empty for a kind of one codelet)."""
 
 
-def _code_bytes(codelet: str) -> int:
-    kind = codelet.split(":")[0]
-    if kind == "MatMulPartials":
-        kind = ":".join(codelet.split(":")[:2])
+def codelet_of(vertex: Vertex) -> Codelet:
+    """The codelet a vertex runs (a generated elementwise codelet per distinct expression)."""
+    kind = vertex.kind
+    if kind is MATMUL_PARTIALS:
+        return kind, f"{method_of(vertex).kind}:{vertex.fields['a'].dtype.name}"
+    if kind in (MAP, MAP_IN_PLACE):
+        return kind, repr(vertex.params["expr"])
+    return kind, ""
+
+
+def _code_bytes(codelet: Codelet) -> int:
+    kind, variant = codelet
+    if kind is MATMUL_PARTIALS:
+        return PARTIALS_CODE_BYTES[variant.split(":")[0]]
     return CODE_BYTES.get(kind, DEFAULT_CODE_BYTES)
 
 
@@ -247,7 +258,7 @@ class _Counter:
     def vertices(self) -> dict[str, np.ndarray]:
         """Vertex state, field data and code of every compute set the module runs."""
         state, data, code = self.zeros(), self.zeros(), self.zeros()
-        codelets: dict[str, np.ndarray] = {}
+        codelets: dict[Codelet, np.ndarray] = {}
         seen: set[int] = set()
         launches = self.zeros()
         for step in self.plan.liveness.steps:
@@ -257,9 +268,9 @@ class _Counter:
             seen.add(id(node.compute_set))
             for vertex in node.compute_set.vertices:
                 tiles = _vertex_tiles(self.graph, vertex)
-                if vertex.kind.name == "MatMulPartials":
+                if vertex.kind is MATMUL_PARTIALS:
                     record, arrays = _matmul_state(vertex, self.num_tiles)
-                elif vertex.kind.name in ("MatMulReduce", "MatMulReduceAcc"):
+                elif vertex.kind in (MATMUL_REDUCE, MATMUL_REDUCE_ACC):
                     record, arrays = _reduce_state(vertex, tiles, self.num_tiles)
                 else:
                     size, extra = _record_bytes(vertex)

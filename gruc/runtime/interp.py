@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from gruc.errors import GrucProgramError
+from gruc.ir.vertices import VertexKind
 from gruc.runtime.lower import (Block, Branch, CallFunction, CopyStep, DeviceMemory, Executable,
                                 ExecuteStep, LoweredVertex, Loop, MarkStep, Operand, PrintStep,
                                 WhileLoop)
@@ -46,10 +47,10 @@ PrepareExecutable = Callable[[Executable, RunHooks], dict[int, Prepared | None]]
 :class:`LoweredVertex` (they replace the table's preparation of those vertices).
 ``None`` marks a vertex another vertex's callable runs along with its own (a group of vertices
 prepared as one kernel call), so the interpreter does not call anything for it."""
-NUMPY_VERTICES: dict[str, PrepareVertex] = {}
+NUMPY_VERTICES: dict[VertexKind, PrepareVertex] = {}
 
 
-def numpy_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
+def numpy_vertex(kind: VertexKind) -> Callable[[PrepareVertex], PrepareVertex]:
     """Register the numpy definition of vertex kind ``kind``."""
 
     def register(fn: PrepareVertex) -> PrepareVertex:
@@ -72,7 +73,7 @@ class Interpreter:
     """Walks an :class:`Executable` over a :class:`DeviceMemory`, counting executed steps."""
 
     def __init__(self, executable: Executable, memory: DeviceMemory,
-                 vertices: dict[str, PrepareVertex] | None = None,
+                 vertices: dict[VertexKind, PrepareVertex] | None = None,
                  copy: Callable[[DeviceMemory, CopyStep], None] = numpy_copy) -> None:
         self.executable = executable
         self.memory = memory
@@ -96,10 +97,10 @@ class Interpreter:
         self.printed: list[tuple[str, np.ndarray]] = []
 
     @staticmethod
-    def _prepare(table: dict[str, PrepareVertex], vertex: LoweredVertex) -> Prepared:
+    def _prepare(table: dict[VertexKind, PrepareVertex], vertex: LoweredVertex) -> Prepared:
         prepare = table.get(vertex.kind) or NUMPY_VERTICES.get(vertex.kind)
         if prepare is None:
-            raise GrucProgramError(f"no engine implements vertex kind {vertex.kind!r}")
+            raise GrucProgramError(f"no engine implements vertex kind {vertex.kind.name!r}")
         return prepare(vertex)
 
     def run(self, program: int) -> None:

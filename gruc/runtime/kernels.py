@@ -28,6 +28,7 @@ from typing import Callable, Collection
 import numpy as np
 from numba import njit
 
+from gruc.ir.vertices import VertexKind
 from gruc.runtime import fastmath
 from gruc.runtime.caches import cache_root
 from gruc.runtime.interp import PrepareExecutable, PrepareVertex
@@ -58,7 +59,7 @@ KERNEL_HEADER = ("import math\nimport numpy as np\nfrom numba import njit\n"
 """Start of every generated kernel module; the kernel function itself is named ``kernel``."""
 
 
-def numba_vertex(kind: str) -> Callable[[PrepareVertex], PrepareVertex]:
+def numba_vertex(kind: VertexKind) -> Callable[[PrepareVertex], PrepareVertex]:
     """Register the numba implementation of vertex kind ``kind``."""
 
     def register(fn: PrepareVertex) -> PrepareVertex:

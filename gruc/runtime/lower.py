@@ -36,6 +36,7 @@ from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute, PrintTensor, Sync, WriteUndef
 from gruc.ir.tensor import Tensor
+from gruc.ir.vertices import VertexKind
 from gruc.memory.plan import MemoryPlan
 from gruc.runtime.addresses import PlanAddresses
 from gruc.runtime.row_runs import RowRuns
@@ -177,8 +178,8 @@ class LoweredVertex:
     fields: dict[str, Union[Operand, tuple[Operand, ...]]]
 
     @property
-    def kind(self) -> str:
-        return self.vertex.kind.name
+    def kind(self) -> VertexKind:
+        return self.vertex.kind
 
     @property
     def params(self) -> dict[str, Any]:

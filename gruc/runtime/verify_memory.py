@@ -116,7 +116,7 @@ def copy_accesses(step: CopyStep, src: Tensor, dst: Tensor) -> list[Access]:
 def describe_vertex(vertex: LoweredVertex, position: int, compute_set: str) -> str:
     where = f"tile {vertex.vertex.tile}" if vertex.vertex.tile is not None else \
         f"the tiles of its {vertex.vertex.kind.split!r} field"
-    return f"vertex {position} ({vertex.kind} on {where}) of compute set {compute_set!r}"
+    return f"vertex {position} ({vertex.kind.name} on {where}) of compute set {compute_set!r}"
 
 
 _NO_PAIR = np.zeros(0, np.int64)

@@ -19,6 +19,9 @@ import gruc.runtime.engine as engine_module
 from gruc import (FLOAT, INT, Copy, Engine, Graph, GrucTypeError, GrucVerifyError, Repeat,
                   Sequence, Target)
 from gruc.errors import GrucMemoryError
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
+from gruc.ir.codelets.elementwise import MAP
+from gruc.ir.codelets.matmul import MATMUL_PARTIALS
 from gruc.ir.expr import _1, _2, Const, tanh
 from gruc.ir.mapping import TileMapping
 from gruc.ops import add_in_place, dynamic_slice, dynamic_update, map, mat_mul, reduce
@@ -140,9 +143,9 @@ def first_vertex(executable, kind):
     for leaf in executable.leaves:
         if isinstance(leaf, ExecuteStep):
             for lowered in leaf.vertices:
-                if lowered.kind == kind:
+                if lowered.kind is kind:
                     return leaf, lowered
-    raise AssertionError(f"no {kind} vertex")
+    raise AssertionError(f"no {kind.name} vertex")
 
 
 def shifted(operand: Operand, by: int) -> Operand:
@@ -180,7 +183,7 @@ def lazily_checked_map_vertex():
     offsets[compiled.plan.block_variable == x.index] += 4096
     tampered = dataclasses.replace(compiled.plan, block_offset=offsets)
     verify_memory(compiled.module, tampered, executable, lazy=True)
-    return first_vertex(executable, "Map")[1]
+    return first_vertex(executable, MAP)[1]
 
 
 def test_a_lazy_check_runs_when_the_index_is_first_computed():
@@ -221,7 +224,7 @@ def test_an_engine_does_not_keep_the_indices_of_sliced_sequences():
     run = gru_layer.run_layer(config)
     bases = [lowered.fields["base"] for leaf in run.engine.executable.leaves
              if isinstance(leaf, ExecuteStep) for lowered in leaf.vertices
-             if lowered.kind in ("DynamicSlice", "DynamicUpdate")]
+             if lowered.kind in (DYNAMIC_SLICE, DYNAMIC_UPDATE)]
     assert bases and not any(base.resolved for base in bases)
     assert run.passed, run.mismatches
 
@@ -238,7 +241,7 @@ def test_an_engine_computes_host_stream_indices_when_the_host_uses_them():
 def test_an_operand_off_the_device_is_caught_by_the_engine(monkeypatch):
     def off_device(module, plan):
         executable = lower(module, plan)
-        _, lowered = first_vertex(executable, "MatMulPartials")
+        _, lowered = first_vertex(executable, MATMUL_PARTIALS)
         out = lowered.fields["partials"]
         lowered.fields["partials"] = shifted(out,
                                              executable.num_tiles * executable.tile_stride // 4)
@@ -255,7 +258,7 @@ def test_an_operand_off_the_device_is_caught_by_the_engine(monkeypatch):
 
 def test_a_field_pointing_into_another_tensor_is_caught():
     g, compiled, executable = compiled_small()
-    leaf, lowered = first_vertex(executable, "Map")
+    leaf, lowered = first_vertex(executable, MAP)
     w = executable.host_reads["w"]
     out = lowered.fields["out"]
     lowered.fields["out"] = Operand(out.dtype, np.resize(w.index, out.index.shape), out.shape,
@@ -318,7 +321,7 @@ def test_elementwise_operand_off_its_pair_is_caught_when_vertices_must_be_local(
 def test_checked_run_stops_an_index_tampered_after_compile(backend):
     g, prog = small_program()
     engine = Engine(g, prog, backend=backend, checked=True)
-    leaf, lowered = first_vertex(engine.executable, "MatMulPartials")
+    leaf, lowered = first_vertex(engine.executable, MATMUL_PARTIALS)
     index = lowered.fields["partials"].index
     index.flags.writeable = True
     index[3] = engine.memory.raw.size  # past the end of the device

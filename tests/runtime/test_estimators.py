@@ -10,6 +10,7 @@ import pytest
 
 from gruc import FLOAT, HALF, INT, Execute, Graph, Sequence, Target
 from gruc.ir import expr as ex
+from gruc.ir.codelets.elementwise import MAP_IN_PLACE
 from gruc.ir.expr import _1, _2, _3
 from gruc.ir.mapping import TileMapping
 from gruc.ops import (add, add_in_place, cast, dynamic_slice, dynamic_update, map, map_in_place,
@@ -50,7 +51,7 @@ def vertex_cycles(g: Graph, prog: Sequence, which: int = -1) -> np.ndarray:
         else:
             elements = np.zeros(g.target.num_tiles, dtype=np.int64)
             elements[v.tile] = max(t.num_elements for _, t in v.tensors())
-        total += CYCLE_ESTIMATORS[v.kind.name](v, elements, g.target)
+        total += CYCLE_ESTIMATORS[v.kind](v, elements, g.target)
     return total
 
 
@@ -307,11 +308,11 @@ def test_map_codelets_name_poplibs_choices():
     output = map_codelets(_1 + _2 * (_3 - _1), f, [FULL] * 3, False)
     assert output == [MapCodelet("fused", FLOAT, inputs=3, fused_ops=3, out_dtype=FLOAT)]
     # a broadcast bias: not fusable; add in place on _1, then sigmoid in place on the result
-    gates = map_codelets(ex.sigmoid(_1 + _2), f[:2], [FULL, VECTOR], True, "MapInPlace")
+    gates = map_codelets(ex.sigmoid(_1 + _2), f[:2], [FULL, VECTOR], True, MAP_IN_PLACE)
     assert [(c.family, c.op, c.in_place) for c in gates] == [
         ("binary", ex.Binary.ADD, True), ("unary", ex.Unary.SIGMOID, True)]
     # _1 twice: poplibs computes aside and copies, nothing in place
-    twice = map_codelets(_1 - _2 * _1, f[:2], [FULL, SCALAR], True, "MapInPlace")
+    twice = map_codelets(_1 - _2 * _1, f[:2], [FULL, SCALAR], True, MAP_IN_PLACE)
     assert [(c.family, c.in_place) for c in twice] == [("broadcast", False), ("binary", False)]
     # poplibs' expression optimisation: pow(x, 0.5) is sqrt
     assert map_codelets(ex.pow_(_1, ex.Const(0.5)), f[:1], [FULL], False)[0].op is ex.Unary.SQRT
@@ -355,7 +356,7 @@ def test_scaled_add_to_over_several_regions_is_scaled_add_2d():
     assert vertex_cycles(g, prog).tolist() == [216, 0, 0, 0]
     # the same tree out of place, or with a full third operand, is not scaledAddTo
     f = [FLOAT] * 3
-    assert map_codelets(_1 + _2 * _3, f, [FULL] * 3, True, "MapInPlace")[0].family == "fused"
+    assert map_codelets(_1 + _2 * _3, f, [FULL] * 3, True, MAP_IN_PLACE)[0].family == "fused"
     assert map_codelets(_1 + _2 * ex.Const(2.0), f[:2], [FULL] * 2, False)[0].family == "fused"
 
 

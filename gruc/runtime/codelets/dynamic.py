@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
+from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
 from gruc.ir.graph import Vertex
 from gruc.ir.layout import ConcatOp, Strided
 from gruc.ir.tensor import strided_columns_of
@@ -67,7 +68,7 @@ class _Window:
 
 
 # ---- numpy ------------------------------------------------------------------------------------
-@numpy_vertex("DynamicSlice")
+@numpy_vertex(DYNAMIC_SLICE)
 def _numpy_slice(vertex: LoweredVertex) -> Prepared:
     """The definition of ``DynamicSlice``: the base rows at the offsets into ``out``; with an offset
     out of range the vertex does nothing and ``out`` keeps what it held."""
@@ -82,7 +83,7 @@ def _numpy_slice(vertex: LoweredVertex) -> Prepared:
     return run
 
 
-@numpy_vertex("DynamicUpdate")
+@numpy_vertex(DYNAMIC_UPDATE)
 def _numpy_update(vertex: LoweredVertex) -> Prepared:
     """The definition of ``DynamicUpdate``: ``update`` into the base rows at the offsets; with an
     offset out of range the base is left unchanged."""
@@ -313,7 +314,7 @@ def _rows_table(rows: int, base_pieces: np.ndarray, base_start: np.ndarray,
 
 def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     """One kernel call running ``vertices`` (same kind, element size and offset type) in order."""
-    window_field = "out" if vertices[0].kind == "DynamicSlice" else "update"
+    window_field = "out" if vertices[0].kind is DYNAMIC_SLICE else "update"
     bases = [v.fields["base"] for v in vertices]
     windows = [v.fields[window_field] for v in vertices]
     offsets = [v.fields["offset"] for v in vertices]
@@ -350,7 +351,7 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
 
 
 def _group_key(vertex: LoweredVertex):
-    if vertex.kind not in ("DynamicSlice", "DynamicUpdate"):
+    if vertex.kind not in (DYNAMIC_SLICE, DYNAMIC_UPDATE):
         return None
     return vertex.kind, vertex.fields["base"].dtype.size, vertex.fields["offset"].dtype.name
 
@@ -461,8 +462,8 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
         int(local[-1]), after, tile))
 
 
-@cycle_estimator("DynamicSlice")
-@cycle_estimator("DynamicUpdate")
+@cycle_estimator(DYNAMIC_SLICE)
+@cycle_estimator(DYNAMIC_UPDATE)
 def _window_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """poplibs' dynamic slice vertex on the vertex's tile: ``DynamicSlice1d`` /
     ``DynamicUpdateSlice1d`` (supervisor) when the first slice of ``base`` is one contiguous

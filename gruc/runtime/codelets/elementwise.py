@@ -22,8 +22,10 @@ from typing import Callable
 import numpy as np
 
 from gruc.ir import expr as ex
+from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
 from gruc.ir.graph import Vertex
 from gruc.ir.layout import Strided
+from gruc.ir.vertices import VertexKind
 from gruc.runtime.codelets import poplibs_estimates as pe
 from gruc.runtime.codelets.regions import tile_regions
 from gruc.runtime.cost import cycle_estimator
@@ -52,14 +54,14 @@ def _prepare_numpy(vertex: LoweredVertex, out: Operand, operands: tuple[Operand,
 
 def _operands(vertex: LoweredVertex) -> tuple[Operand, tuple[Operand, ...]]:
     """The written operand and the expression's operands ``_1, _2, ...`` in order."""
-    if vertex.kind == "MapInPlace":
+    if vertex.kind is MAP_IN_PLACE:
         inout = vertex.fields["inout"]
         return inout, (inout, *vertex.fields["ins"])
     return vertex.fields["out"], tuple(vertex.fields["ins"])
 
 
-@numpy_vertex("Map")
-@numpy_vertex("MapInPlace")
+@numpy_vertex(MAP)
+@numpy_vertex(MAP_IN_PLACE)
 def _numpy_map(vertex: LoweredVertex) -> Prepared:
     return _prepare_numpy(vertex, *_operands(vertex))
 
@@ -352,7 +354,7 @@ def _prepare_maps(executable: Executable, hooks: RunHooks) -> dict[int, Prepared
         unchanged = partial(Unchanged, executable=executable, step_counts=hooks.step_counts,
                             reading_step=leaf.step)
         for vertex in leaf.vertices:
-            if vertex.kind in ("Map", "MapInPlace"):
+            if vertex.kind in (MAP, MAP_IN_PLACE):
                 prepared[id(vertex)] = _numba_map(vertex, unchanged)
     return prepared
 
@@ -474,7 +476,7 @@ def _fusable(expression: ex.Expr, kinds: list[str]) -> bool:
 
 
 def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_place: bool,
-                 kind_name: str = "Map") -> list[MapCodelet]:
+                 kind: VertexKind = MAP) -> list[MapCodelet]:
     """The poplibs codelets that do a map's work: one for a one-op tree, a popnn gradient, or a
     fused tree; else one per operation node (poplibs' unfused evaluation, each into a temporary
     laid out like the output, the root in place when the map is and its first operand is
@@ -485,10 +487,10 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
         if isinstance(expression, ex.Const):
             return [MapCodelet("fill", out_type)]
         return [MapCodelet("fused", out_type, inputs=1)]  # a copy: no popops vertex
-    if kind_name == "Map" and len(dtypes) == 2 and dtypes[0] is dtypes[1] is out_type \
+    if kind is MAP and len(dtypes) == 2 and dtypes[0] is dtypes[1] is out_type \
             and kinds == [FULL, FULL] and expression in _GRAD_PATTERNS.get(out_type, {}):
         return [MapCodelet("grad", out_type, out_dtype=out_type)]
-    if _is_scaled_add(expression, dtypes, kinds, kind_name):
+    if _is_scaled_add(expression, dtypes, kinds, kind):
         return [MapCodelet("scaled_add", dtypes[0], in_place=True,
                            constant=isinstance(expression.rhs.rhs, ex.Const))]
     if ex.num_ops(expression) > 1 and _fusable(expression, kinds):
@@ -510,13 +512,13 @@ def map_codelets(expression: ex.Expr, dtypes: list[DType], kinds: list[str], in_
 
 
 def _is_scaled_add(expression: ex.Expr, dtypes: list[DType], kinds: list[str],
-                   kind_name: str) -> bool:
+                   kind: VertexKind) -> bool:
     """Whether a map is popops' ``scaledAddTo(A, B, scale)`` as gruc's ``scaled_add_to`` builds
     it — in place, ``_1 + _2 * s`` with ``s`` a number or a one-element tensor, A and B of one
     float type — which poplibs runs as ``ScaledAddSupervisor`` / ``ScaledAdd2D`` vertices, not
     as a generated codelet (a ``mapInPlace`` of that very tree written by hand is read the same
     way)."""
-    if kind_name != "MapInPlace" or len(dtypes) not in (2, 3) or dtypes[0] is not dtypes[1] \
+    if kind is not MAP_IN_PLACE or len(dtypes) not in (2, 3) or dtypes[0] is not dtypes[1] \
             or dtypes[0] not in (FLOAT, HALF) or kinds[1] != FULL:
         return False
     if len(dtypes) == 3 and kinds[2] != SCALAR:
@@ -733,12 +735,12 @@ class TileWork:
         return cycles + self.on_tiles(split, split.per_vertex(rows, pe.GRAD_2D_BASE))
 
 
-@cycle_estimator("Map")
-@cycle_estimator("MapInPlace")
+@cycle_estimator(MAP)
+@cycle_estimator(MAP_IN_PLACE)
 def _map_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """The cycles of the poplibs codelets of :func:`map_codelets` over the output's regions."""
     out = vertex.fields[vertex.kind.split]
-    in_place = vertex.kind.name == "MapInPlace"
+    in_place = vertex.kind is MAP_IN_PLACE
     operands = ((out,) if in_place else ()) + tuple(vertex.fields["ins"])
     if not np.any(elements):
         return np.zeros(target.num_tiles, dtype=np.int64)
@@ -753,6 +755,6 @@ def _map_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndar
     work = TileWork(regions, elements, target)
     total = np.zeros(target.num_tiles, dtype=np.int64)
     for codelet in map_codelets(vertex.params["expr"], [t.dtype for t in operands], kinds,
-                                in_place, vertex.kind.name):
+                                in_place, vertex.kind):
         total += work.cycles(codelet)
     return total

@@ -43,8 +43,8 @@ import numpy as np
 
 from gruc.ir.codelets.conv_costs import (amp_partials_cycles, cast_cycles, mac_partials_cycles,
                                          reduce_add_cycles)
-from gruc.ir.codelets.matmul import (FIELD_N, Blocking, block_tiles, block_view, blocking_of,
-                                     method_of)
+from gruc.ir.codelets.matmul import (FIELD_N, MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_REDUCE_ACC,
+                                     Blocking, block_tiles, block_view, blocking_of, method_of)
 from gruc.ir.graph import Graph, Vertex
 from gruc.runtime.cost import Traffic, cycle_estimator, exchange_estimator
 from gruc.runtime.blas import Product, library_name
@@ -59,7 +59,7 @@ F32 = np.float32
 
 
 # ---- numpy: the definition --------------------------------------------------------------------
-@numpy_vertex("MatMulPartials")
+@numpy_vertex(MATMUL_PARTIALS)
 def _numpy_partials(vertex: LoweredVertex) -> Prepared:
     """The definition of ``MatMulPartials``: each tile's ``a`` and ``b`` blocks gathered from tile
     memory, multiplied in float32 and rounded once into its ``partials`` block."""
@@ -98,14 +98,14 @@ def _factor(memory: DeviceMemory, scale: Operand | None, k: float) -> np.float32
     return F32(k) * F32(memory.view(scale.dtype)[scale.index.reshape(-1)[0]])
 
 
-@numpy_vertex("MatMulReduce")
-@numpy_vertex("MatMulReduceAcc")
+@numpy_vertex(MATMUL_REDUCE)
+@numpy_vertex(MATMUL_REDUCE_ACC)
 def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
     """The definition of ``MatMulReduce`` and ``MatMulReduceAcc``: the ``Pk`` partials of each
     output summed in float32; the Acc kind adds ``k * scale[0]`` times the sum to the output, also
     in float32, and either rounds once into the output's type."""
     out, p, scale, k = _reduce_parts(vertex)
-    accumulate = vertex.kind == "MatMulReduceAcc"
+    accumulate = vertex.kind is MATMUL_REDUCE_ACC
     shape = p.shape
 
     def run(memory: DeviceMemory) -> None:
@@ -174,13 +174,13 @@ def _partials(vertex: LoweredVertex, operands: _Operands) -> Prepared:
     return run
 
 
-@numba_vertex("MatMulReduce")
-@numba_vertex("MatMulReduceAcc")
+@numba_vertex(MATMUL_REDUCE)
+@numba_vertex(MATMUL_REDUCE_ACC)
 def _numba_reduce(vertex: LoweredVertex) -> Prepared:
     """Float partials are added straight from tile memory into the output's host copy (no
     ``[G, Pk, M, N]`` buffer); half partials are read as words, converted, then summed."""
     out, p, scale, k = _reduce_parts(vertex)
-    accumulate = vertex.kind == "MatMulReduceAcc"
+    accumulate = vertex.kind is MATMUL_REDUCE_ACC
     G, Pk, M, N = p.shape
     o_io = Transfer(out)
     total = aligned_array((G, M, N), F32)
@@ -210,7 +210,7 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
 
 
 # ---- cycles and exchange ----------------------------------------------------------------------
-@cycle_estimator("MatMulPartials")
+@cycle_estimator(MATMUL_PARTIALS)
 def _partials_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """Per tile: poplin's estimate of its vertex for its block (field, channel groups)."""
     geometry = blocking_of(vertex)
@@ -232,13 +232,13 @@ def _partials_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np
                        minlength=target.num_tiles).astype(np.int64)
 
 
-@cycle_estimator("MatMulReduce")
-@cycle_estimator("MatMulReduceAcc")
+@cycle_estimator(MATMUL_REDUCE)
+@cycle_estimator(MATMUL_REDUCE_ACC)
 def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """Per tile: poplin's ``ReduceAdd`` of the tile's outputs over the partial rows (the Acc kind
     adds its output as one more row); one row of another type is a cast."""
     out, partials = vertex.fields["out"], vertex.fields["partials"]
-    depth = partials.shape[1] + (vertex.kind.name == "MatMulReduceAcc")
+    depth = partials.shape[1] + (vertex.kind is MATMUL_REDUCE_ACC)
     if depth == 1:
         return cast_cycles(elements, target.vector_width(partials.dtype),
                            target.vector_width(out.dtype))
@@ -278,7 +278,7 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         traffic.sends(blocks[wanted], size, ids[wanted])  # each element sent once
 
 
-@exchange_estimator("MatMulPartials")
+@exchange_estimator(MATMUL_PARTIALS)
 def _partials_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
     """What a ``MatMulPartials`` vertex moves: the ``a`` and ``b`` block elements a tile lacks."""
     geometry = blocking_of(vertex)
@@ -287,8 +287,8 @@ def _partials_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
     _operand_exchange(graph, vertex.fields["b"], tiles, geometry, "gkn", traffic)
 
 
-@exchange_estimator("MatMulReduce")
-@exchange_estimator("MatMulReduceAcc")
+@exchange_estimator(MATMUL_REDUCE)
+@exchange_estimator(MATMUL_REDUCE_ACC)
 def _reduce_exchange(vertex: Vertex, graph: Graph, traffic: Traffic) -> None:
     """What a matmul reduction moves: every partial not on its output element's tile, and the
     ``scale`` element to every other tile holding outputs."""

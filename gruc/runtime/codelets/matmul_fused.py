@@ -18,7 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from gruc.ir.codelets.matmul import blocking_of
+from gruc.ir.codelets.elementwise import MAP_IN_PLACE
+from gruc.ir.codelets.matmul import (MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_REDUCE_ACC,
+                                     blocking_of)
 from gruc.ir.expr import Binary, BinaryOp, Const, PlaceHolder
 from gruc.runtime.blas import Product, WeightsProduct, library_name
 from gruc.runtime.codelets.matmul import F32, _factor, _Operands, _partials, _reduce_parts
@@ -78,8 +80,8 @@ def _reductions_of(step: ExecuteStep, variables: set[int]) -> list[LoweredVertex
     """The reduction vertices of ``step`` that add float partials held in ``variables``."""
     found = []
     for vertex in step.vertices:
-        q = vertex.fields.get("partials") if vertex.kind in ("MatMulReduce",
-                                                              "MatMulReduceAcc") else None
+        q = vertex.fields.get("partials") if vertex.kind in (MATMUL_REDUCE,
+                                                              MATMUL_REDUCE_ACC) else None
         if q is not None and q.dtype is FLOAT and {id(v) for v in q.tensor.variables()} \
                 <= variables:
             found.append(vertex)
@@ -109,7 +111,7 @@ def _chain_from(items: list, at: int, producer: LoweredVertex, users: dict[int, 
         following = items[position + 1] if position + 1 < len(items) else None
         nexts = {id(r) for r in _reductions_of(following, written)} \
             if isinstance(following, ExecuteStep) else set()
-        if later and later <= nexts and not any(r.kind == "MatMulReduceAcc" for r in stage):
+        if later and later <= nexts and not any(r.kind is MATMUL_REDUCE_ACC for r in stage):
             middle.extend(stage)  # an intermediate stage: only the next stage reads its rows
             held, total = written, sum(len(r.fields["out"].index) for r in stage)
             continue
@@ -161,7 +163,7 @@ def _fusible_chains(executable: Executable, readers: _Readers | None = None) -> 
             if not isinstance(first, ExecuteStep):
                 continue
             for producer in first.vertices:
-                if producer.kind == "MatMulPartials" and producer.fields["partials"].dtype \
+                if producer.kind is MATMUL_PARTIALS and producer.fields["partials"].dtype \
                         is FLOAT:
                     chain = _chain_from(items, at, producer, users)
                     if chain is not None:
@@ -227,7 +229,7 @@ def _fused_reduce(consumer: LoweredVertex, product: np.ndarray) -> Prepared:
     from ``product``, the sum over k already taken."""
     out, _, scale, k = _reduce_parts(consumer)
     o_io = Transfer(out)
-    if consumer.kind != "MatMulReduceAcc":
+    if consumer.kind is not MATMUL_REDUCE_ACC:
         return lambda memory: o_io.write(memory, product)
     if out.dtype is FLOAT:
         return lambda memory: o_io.add_scaled(memory, product, _factor(memory, scale, k))
@@ -355,7 +357,7 @@ class _Accumulation:
 def _scaled_add(vertex: LoweredVertex) -> tuple[Operand, Operand, Operand | None, float] | None:
     """``(out, added, scale, k)`` when ``vertex`` is popops' ``scaledAddTo`` as gruc builds it
     (``out = out + added * k`` or ``out + added * scale``, a one-element scale); else None."""
-    expr = vertex.params.get("expr") if vertex.kind == "MapInPlace" else None
+    expr = vertex.params.get("expr") if vertex.kind is MAP_IN_PLACE else None
     if not (isinstance(expr, BinaryOp) and expr.op is Binary.ADD and expr.lhs == PlaceHolder(1)
             and isinstance(expr.rhs, BinaryOp) and expr.rhs.op is Binary.MUL
             and expr.rhs.lhs == PlaceHolder(2)):
@@ -384,7 +386,7 @@ def _accumulations(executable: Executable, chains: list[_Chain], readers: _Reade
     found = []
     for producer, middle, last in chains:
         step = steps[id(last)]
-        if last.kind == "MatMulReduceAcc":
+        if last.kind is MATMUL_REDUCE_ACC:
             if not middle:
                 out, _, scale, k = _reduce_parts(last)
                 found.append(_Accumulation(producer, last, step.step, out, scale, k))
@@ -490,7 +492,7 @@ def _prepare_partials(executable: Executable, hooks: RunHooks) -> dict[int, Prep
         if not isinstance(leaf, ExecuteStep):
             continue
         for vertex in leaf.vertices:
-            if vertex.kind != "MatMulPartials" or id(vertex) in prepared:
+            if vertex.kind is not MATMUL_PARTIALS or id(vertex) in prepared:
                 continue
             operands = _Operands(vertex, leaf.step, executable, hooks.step_counts, copies)
             if id(vertex) not in fused:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gruc.ir.codelets.reduce import Operation, accumulator_dtype, identity, operation_of
+from gruc.ir.codelets.reduce import (REDUCE, REDUCE_UPDATE, Operation, accumulator_dtype,
+                                     identity, operation_of)
 from gruc.ir.graph import Vertex
 from gruc.ir.layout import Strided
 from gruc.runtime.codelets import poplibs_estimates as pe
@@ -38,12 +39,12 @@ def _parts(vertex: LoweredVertex) -> tuple[Operand, tuple[Operand, ...], Operati
                                            float, bool]:
     return (vertex.fields["out"], tuple(vertex.fields["ins"]), operation_of(vertex.params["op"]),
             [int(o) for o in vertex.params["offsets"]], float(vertex.params["scale"]),
-            vertex.kind == "ReduceUpdate")
+            vertex.kind is REDUCE_UPDATE)
 
 
 # ---- numpy ------------------------------------------------------------------------------------
-@numpy_vertex("Reduce")
-@numpy_vertex("ReduceUpdate")
+@numpy_vertex(REDUCE)
+@numpy_vertex(REDUCE_UPDATE)
 def _numpy_reduce(vertex: LoweredVertex) -> Prepared:
     """The definition of ``Reduce`` and ``ReduceUpdate``: each region reduced row by row in the
     accumulator type and combined into its output slots, then scaled, added to the output for an
@@ -238,8 +239,8 @@ def _prepare_group(vertices: list[LoweredVertex]) -> Prepared:
     return run
 
 
-@numba_vertex("Reduce")
-@numba_vertex("ReduceUpdate")
+@numba_vertex(REDUCE)
+@numba_vertex(REDUCE_UPDATE)
 def _numba_reduce(vertex: LoweredVertex) -> Prepared:
     """The compiled reduction of one vertex (a group of one); see :func:`_compiled`."""
     if not _compiled(vertex):
@@ -248,7 +249,7 @@ def _numba_reduce(vertex: LoweredVertex) -> Prepared:
 
 
 def _group_key(vertex: LoweredVertex):
-    if vertex.kind not in ("Reduce", "ReduceUpdate") or not _compiled(vertex):
+    if vertex.kind not in (REDUCE, REDUCE_UPDATE) or not _compiled(vertex):
         return None
     return (vertex.kind, vertex.params["op"], vertex.fields["ins"][0].dtype.name,
             vertex.fields["out"].dtype.name)
@@ -361,8 +362,8 @@ def region_reductions(vertex: Vertex) -> tuple[list[pe.Reduction], bool]:
     return result, contiguous and out.contiguous_start() is not None
 
 
-@cycle_estimator("Reduce")
-@cycle_estimator("ReduceUpdate")
+@cycle_estimator(REDUCE)
+@cycle_estimator(REDUCE_UPDATE)
 def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """popops' reduce vertices for the vertex's regions on its tile
     (:func:`~gruc.runtime.codelets.poplibs_estimates.reduce_tile_cycles`): partials of the regions'
@@ -374,7 +375,7 @@ def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.n
     reductions, contiguous = region_reductions(vertex)
     types = pe.ReduceTypes(ins[0].dtype, vertex.fields["out"].dtype,
                            operation_of(vertex.params["op"]).value,
-                           vertex.kind.name == "ReduceUpdate",
+                           vertex.kind is REDUCE_UPDATE,
                            float(vertex.params["scale"]) != 1.0)
     key = (tuple(reductions), types, contiguous, target.num_worker_contexts,
            target.data_path_width_bits)
