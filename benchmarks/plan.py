@@ -12,13 +12,21 @@
   (worker start-up included), for small layers on 20 tiles and for ipu2 layers.
 * The README's ``--find-max batch-size`` search on the ipu2 layer: its answer, how many layers it
   planned and in how many seconds.
+* Planning at scale, against the targets of planning at IPU-POD scale: the CPU seconds and peak
+  RSS of one ``gruc plan gru`` (its row's ``cpu_seconds`` and ``peak_rss_bytes``, each layer in
+  a fresh process) of the largest training layer that fits one ipu2 (H = I = 2759, B = 16,
+  S = 100; target <= 10 s and <= 1 GB), and of a forward layer (H = I = 256, B = 16) at S = 100
+  and S = 10,000 under the default shard heuristic (target: S = 10,000 / S = 100 <= 1.2).
 
 Writes ``benchmarks/results/plan.json``.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -97,6 +105,40 @@ def batch_search() -> dict[str, float]:
             "seconds": round(seconds, 1)}
 
 
+SCALE_LAYERS = {
+    "training_H2759_B16_S100_ipu2": ["--phase", "all", "--batch-size", "16", "--sequence-size",
+                                     "100", "--input-size", "2759", "--output-size", "2759"],
+    "forward_H256_B16_S100_ipu2": ["--batch-size", "16", "--sequence-size", "100",
+                                   "--input-size", "256", "--output-size", "256"],
+    "forward_H256_B16_S10000_ipu2": ["--batch-size", "16", "--sequence-size", "10000",
+                                     "--input-size", "256", "--output-size", "256"],
+}
+"""Layers planned at scale (``gruc plan gru`` flags, on the default ipu2)."""
+
+
+def plan_at_scale(flags: list[str]) -> dict[str, float]:
+    """One ``gruc plan gru`` of a layer in a fresh process: its row's CPU seconds and peak RSS
+    (the plan's own, ``peak_rss_scope`` plan), whether it fits and its shards."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-m", "gruc", "plan", "gru", *flags, "--jobs", "1",
+                        "--out", out], check=True, capture_output=True, text=True)
+        with open(f"{out}/rows.json", encoding="utf-8") as file:
+            (row,) = json.load(file)
+    return {"cpu_seconds": row["cpu_seconds"], "peak_rss_mb": round(row["peak_rss_bytes"] / 2**20),
+            "fits": row["fits"], "shards": row["shards_chosen"]}
+
+
+def scale() -> dict[str, object]:
+    """:data:`SCALE_LAYERS` planned, with the targets beside them."""
+    planned = {name: plan_at_scale(flags) for name, flags in SCALE_LAYERS.items()}
+    short, long = (planned[f"forward_H256_B16_S{s}_ipu2"] for s in (100, 10000))
+    return {"layers": planned,
+            "S10000_over_S100": {"cpu": round(long["cpu_seconds"] / short["cpu_seconds"], 2),
+                                 "rss": round(long["peak_rss_mb"] / short["peak_rss_mb"], 2)},
+            "targets": {"training_H2759_B16_S100_ipu2": {"cpu_seconds": 10, "peak_rss_mb": 1024},
+                        "S10000_over_S100": 1.2}}
+
+
 def main() -> None:
     parse_no_options(__doc__)
     plan_row(SMALL)  # imports and first-call costs out of the way
@@ -122,6 +164,7 @@ def main() -> None:
             "ipu2/pool_2": throughput(IPU2_SWEEP_DEFAULT_PIPELINE, ProcessExecutor(2)),
         },
         "find_max_batch_ipu2_256x256_S100": batch_search(),
+        "scale": scale(),
     }
     path = write_result("plan", result)
     for name, seconds in per_configuration.items():
@@ -133,6 +176,9 @@ def main() -> None:
     search = result["find_max_batch_ipu2_256x256_S100"]
     print(f"find-max batch: {search['largest_batch_that_fits']} after {search['plans']} plans in "
           f"{search['seconds']} s")
+    for name, row in result["scale"]["layers"].items():
+        print(f"plan at scale {name}: {row['cpu_seconds']} s CPU, {row['peak_rss_mb']} MB peak RSS")
+    print(f"S = 10,000 / S = 100: {result['scale']['S10000_over_S100']}")
     print(f"-> {path}")
 
 

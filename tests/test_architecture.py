@@ -52,28 +52,28 @@ def test_every_import_runs_down_the_layers():
     assert upward == []
 
 
+def _loaded_by(modules: str, prefixes: tuple[str, ...]) -> list[str]:
+    """Which of the modules named by ``prefixes`` (packages, or gruc's subpackages) a fresh
+    interpreter has loaded after importing ``modules`` (comma-separated)."""
+    code = (f"import sys, {modules}; print(sorted({{m.split('.')[0] if not m.startswith('gruc.') "
+            f"else '.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith({prefixes!r})}}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    return ast.literal_eval(done.stdout.strip())
+
+
 def test_building_a_program_needs_no_back_end():
     """Graph building, the text IR, the ops and the GRU builders load neither the passes, the
     runtime nor numba: a study that only builds pays for none of them."""
-    code = ("import sys, gruc.ir.parser, gruc.ir.printer, gruc.ir.verify, gruc.ops, "
-            "gruc.popnn.gru; print(sorted({m.split('.')[0] if not m.startswith('gruc.') else "
-            "'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith(('numba', "
-            "'llvmlite', 'gruc.passes', 'gruc.runtime'))}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.strip() == "[]"
+    assert _loaded_by("gruc.ir.parser, gruc.ir.printer, gruc.ir.verify, gruc.ops, gruc.popnn.gru",
+                      ("numba", "llvmlite", "gruc.passes", "gruc.runtime")) == []
 
 
 def test_compiling_a_program_needs_no_numba():
     """The analyses, the memory planner and the passes are numpy only: numba (and the runtime,
     which holds every compiled kernel) load only when a program is lowered or run."""
-    code = ("import sys, gruc.analysis.liveness, gruc.analysis.time_loops, gruc.memory.planner, "
-            "gruc.passes; print(sorted({m.split('.')[0] if not m.startswith('gruc.') else "
-            "'.'.join(m.split('.')[:2]) for m in sys.modules if m.startswith(('numba', "
-            "'llvmlite', 'gruc.runtime'))}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.strip() == "[]"
+    assert _loaded_by("gruc.analysis.liveness, gruc.analysis.time_loops, gruc.memory.planner, "
+                      "gruc.passes", ("numba", "llvmlite", "gruc.runtime")) == []
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
