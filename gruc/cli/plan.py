@@ -55,7 +55,7 @@ from gruc.plan import (PLANNED_LAYERS, SweepSpec, find_max, make_executor, parse
 from gruc.plan.derived import parse_product, parse_tie
 from gruc.plan.pareto import default_axes, parse_axes, pareto_front, write_front
 from gruc.plan.planned import PlannedLayer
-from gruc.plan.plots import plot_pareto
+from gruc.plan.plots import plot_pareto, plot_roles, plot_roofline
 from gruc.plan.rows import cell_text, short_of_host_memory
 from gruc.plan.search import DEFAULT_LIMIT
 from gruc.runtime.viz import require_matplotlib
@@ -319,6 +319,10 @@ def _plots(rows: list[dict[str, Any]], parameters: tuple[str, ...], out: Path,
         print("plots             none: nothing is swept (a metric plot needs a swept flag)")
     for path in paths:
         print(f"plot              {path}")
+    for path in (plot_roles(rows, parameters, out / "plots" / "memory-by-role.png"),
+                 plot_roofline(rows, parameters, out / "plots" / "roofline.png")):
+        if path is not None:
+            print(f"plot              {path}")
     chosen = preferred if index is None and preferred is not None else _choose(rows, index)
     if chosen is not None and chosen.get("error"):
         print(f"heatmap           none: configuration {index} was refused ({chosen['error']})")

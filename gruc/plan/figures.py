@@ -156,7 +156,10 @@ def figure_values(report: Report, flops: int, peak: int,
     """The row columns of :data:`FIGURE_COLUMNS` from a plan's report, its FLOPs, the target's
     peak FLOPs a cycle and the plan's ``phases`` (``{phase: (cycles, flops)}``, empty for a
     layer without them)."""
+    target = report.target
     values: dict[str, Any] = {"amp_peak_flops_per_cycle": peak,
+                              "exchange_peak_bytes_per_cycle":
+                                  target.num_tiles * target.exchange_bytes_per_cycle,
                               "flops_per_cycle": _ratio(flops, report.cycles.total),
                               **use_values(report.cycles, flops, peak)}
     for phase in PHASES:
@@ -169,10 +172,12 @@ def figure_values(report: Report, flops: int, peak: int,
 
 USE_NAMES = ("utilisation", "exchange_share", "sync_share")
 
-FIGURE_COLUMNS = ("amp_peak_flops_per_cycle", "flops_per_cycle", *USE_NAMES,
+FIGURE_COLUMNS = ("amp_peak_flops_per_cycle", "exchange_peak_bytes_per_cycle", "flops_per_cycle",
+                  *USE_NAMES,
                   *(f"{name}_{phase}" for phase in PHASES
                     for name in ("cycles", *USE_NAMES)))
-"""Columns of the IPU's use: the target's AMP peak FLOPs per cycle, the plan's FLOPs per cycle,
+"""Columns of the IPU's use: the target's AMP peak FLOPs per cycle and exchange peak (every tile
+sending at the exchange's rate), the plan's FLOPs per cycle,
 its utilisation (the ratio of the two) and exchange and sync shares of the cycles, then the
 cycles and those three by phase (empty where the layer has no such phase)."""
 

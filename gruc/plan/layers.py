@@ -31,6 +31,7 @@ from gruc.plan import layer as gru_plan
 from gruc.plan.figures import FIGURE_COLUMNS, USAGE_COLUMNS
 from gruc.plan.planned import (ROW_COLUMNS, PlannedLayer, canonical, effective_pipeline,
                                number_problem)
+from gruc.plan.roles import ROLE_COLUMNS
 from gruc.plan.rows import short_text
 from gruc.plan.static import plan_program
 from gruc.tools.gru_layer import GruLayerConfig
@@ -150,8 +151,9 @@ def row_layer(row: dict[str, Any]) -> str:
     return json.loads(row["config"])["layer"]
 
 
-NEW_COLUMNS = (*FIGURE_COLUMNS, *USAGE_COLUMNS)
-"""Columns a gruc before utilisation and host costs did not write: empty in its rows."""
+NEW_COLUMNS = (*FIGURE_COLUMNS, *USAGE_COLUMNS, *ROLE_COLUMNS)
+"""Columns a gruc before utilisation, host costs and memory by role did not write: empty in its
+rows."""
 
 
 def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from gruc.passes import DEFAULT_PIPELINE
 from gruc.passes.pipeline import format_pipeline, parse_pipeline
 from gruc.plan.figures import (FIGURE_COLUMNS, USAGE_COLUMNS, Usage, amp_peak_flops_per_cycle,
                                figure_values, measured)
+from gruc.plan.roles import ROLE_COLUMNS, memory_by_role
 from gruc.plan.rows import HOST_MEMORY_ERROR, short_text
 from gruc.runtime.footprint import ALWAYS_LIVE_CATEGORIES
 from gruc.runtime.report import Cycles, Report
@@ -42,7 +43,7 @@ ROW_COLUMNS = (
     "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_capacity", "shards_chosen",
     "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
     "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
-    "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, "exchange_bytes",
+    "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, *ROLE_COLUMNS, "exchange_bytes",
     "cycles_compute", "cycles_exchange", "cycles_sync", "cycles_total", "flops", *FIGURE_COLUMNS,
     "build_seconds", "compile_seconds", *USAGE_COLUMNS, "gruc_version", "error",
 )
@@ -50,7 +51,9 @@ ROW_COLUMNS = (
 canonical JSON of the layer's flags, the pipeline and the layer's kind) is the row's key.  Totals
 are over all tiles; ``bytes_per_tile`` and ``total_capacity`` are the target's memory (per tile,
 all tiles), not what the layer uses; ``total_memory`` is Poplar's (always-live plus each tile's
-not-always-live peak), split by category in the ``memory_*`` columns; ``shards_chosen`` is the
+not-always-live peak), split by category in the ``memory_*`` columns and by what the bytes are
+for in the ``role_*`` ones, over the chip and on the fullest tile (:mod:`gruc.plan.roles`);
+``shards_chosen`` is the
 GRU layer's shards per time loop, None (an empty cell) for a layer with no time loop to shard
 (fc, gemm); ``*_seconds`` are host times.  The IPU's use (utilisation against the AMP peak,
 exchange and sync shares, by phase for a GRU layer) and the host's cost of the plan (CPU
@@ -212,6 +215,7 @@ def plan_values(plan: Planned) -> dict[str, Any]:
         "memory_variable_not_always_live":
             int(report.footprint.not_always_live["variable"].sum()),
         "memory_message": int(report.footprint.not_always_live["message"].sum()),
+        **memory_by_role(report),
         "exchange_bytes": report.exchange_bytes,
         "cycles_compute": cycles.compute, "cycles_exchange": cycles.exchange,
         "cycles_sync": cycles.sync, "cycles_total": cycles.total,

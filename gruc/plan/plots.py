@@ -2,12 +2,17 @@
 
 * :func:`plot_metrics`: for each swept flag, one figure of every metric against it — max tile
   memory with a line at the bytes per tile, total memory (always-live plus not-always-live peak)
-  with a line at the system's memory, exchange bytes, and cycles by kind — one line per
+  with a line at the system's memory, exchange bytes, cycles and cycles by kind — one line per
   combination of the other swept flags (Graphcore's ``plot_metric_variation`` layout).  A
   categorical flag (a type, a switch, a gate order) is drawn as grouped bars, one group per value
   and one bar per combination, since a line between categories would claim values between them;
   series that coincide in a panel (one would hide the other) are drawn dashed with open markers
   (hatched, as bars) and named in the panel ("same values: ...").
+* :func:`plot_roles`: each configuration's memory by role (:mod:`gruc.plan.roles`) as stacked
+  bars, over the chip and on its fullest tile, with the capacities.
+* :func:`plot_roofline`: each configuration's FLOPs per cycle against the bytes it exchanges per
+  FLOP, under the target's two ceilings (the AMP peak; the exchange's bytes a cycle over the
+  bytes a FLOP needs).
 * :func:`plot_pareto`: a study's rows that fit on two axes of its Pareto front
   (:mod:`gruc.plan.pareto`), the front drawn over them.
 * :func:`plot_tile_heatmap`: one configuration's memory per tile on the grid of tiles of the
@@ -41,6 +46,7 @@ PANELS = (
     ("total_bytes", "always-live + not-always-live peak (B)", "total_capacity",
      "total capacity"),
     ("exchange_bytes", "exchange (B)", None, None),
+    ("cycles_total", "cycles", None, None),
     ("cycles_compute", "compute cycles", None, None),
     ("cycles_exchange", "exchange cycles", None, None),
     ("cycles_sync", "sync cycles", None, None),
@@ -130,8 +136,10 @@ def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: S
     for row in rows:
         name = ", ".join(f"{p}={_label(row[p])}" for p in others) or "all"
         series.setdefault(name, []).append(row)
-    figure = _figure(12, 10)
-    axes = figure.subplots(3, 2).ravel()
+    figure = _figure(12, 13)
+    axes = figure.subplots(4, 2).ravel()
+    for unused in axes[len(PANELS):]:
+        unused.set_axis_off()
     colours = _colours(len(series))
     for ax, (metric, label, capacity, capacity_name) in zip(axes, PANELS):
         drawn, shapes, same = [], {}, []
@@ -201,6 +209,111 @@ def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
     directory.mkdir(parents=True, exist_ok=True)
     return [_save(metrics_figure(rows, parameter, parameters, title),
                   directory / f"metrics-{parameter}.png") for parameter in parameters]
+
+
+def _configuration_label(row: dict[str, Any], parameters: Sequence[str]) -> str:
+    return ", ".join(f"{p}={_label(row[p])}" for p in parameters) or "layer"
+
+
+def _with_figures(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows planned (no error) with every column in ``columns`` filled (a row of an older
+    gruc may lack newer figures)."""
+    return [r for r in rows if not r.get("error") and all(r.get(c) is not None for c in columns)]
+
+
+def roles_figure(rows: Sequence[dict[str, Any]], parameters: Sequence[str]):
+    """Stacked bars of memory by role, one bar per configuration: over the chip (with the
+    system's memory) and on the fullest tile (with a tile's)."""
+    from gruc.plan.roles import ROLES
+
+    figure = _figure(float(np.clip(4 + 0.5 * len(rows), 8, 20)), 9)
+    colours = _colours(len(ROLES))
+    labels = [_configuration_label(r, parameters) for r in rows]
+    for ax, scope, capacity, name in zip(figure.subplots(2, 1), ("role_", "fullest_tile_role_"),
+                                         ("total_capacity", "bytes_per_tile"),
+                                         ("the chip", "the fullest tile")):
+        bottom = np.zeros(len(rows))
+        for role, colour in zip(ROLES, colours):
+            heights = np.array([r[f"{scope}{role}"] for r in rows], dtype=float)
+            ax.bar(range(len(rows)), heights, 0.8, bottom=bottom, color=colour,
+                   label=role.replace("_", " "))
+            bottom += heights
+        limit = rows[0][capacity]
+        if bottom.max(initial=0) >= limit / 4:
+            ax.axhline(limit, color="red", linestyle="--", label=f"capacity {limit:,} B")
+        else:
+            ax.text(0.01, 0.98, f"capacity {limit:,} B (far above the data)",
+                    transform=ax.transAxes, va="top", fontsize="small", color="red")
+        ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize="small")
+        ax.set_ylabel(f"bytes on {name}")
+        ax.grid(alpha=0.3, axis="y")
+    handles, names = figure.axes[0].get_legend_handles_labels()
+    figure.legend(handles, names, loc="outside right center", fontsize="small")
+    figure.suptitle("memory by role (always-live + not-always-live at each tile's peak step)")
+    return figure
+
+
+def plot_roles(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
+               path: str | os.PathLike) -> Path | None:
+    """Write :func:`roles_figure` of the rows that have memory by role (None: none has)."""
+    from gruc.plan.roles import ROLE_COLUMNS
+
+    rows = _with_figures(rows, ROLE_COLUMNS[:-1])
+    if not rows:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(roles_figure(rows, parameters), path)
+
+
+ROOFLINE_COLUMNS = ("flops", "exchange_bytes", "flops_per_cycle", "amp_peak_flops_per_cycle",
+                    "exchange_peak_bytes_per_cycle")
+
+
+def roofline_figure(rows: Sequence[dict[str, Any]], parameters: Sequence[str]):
+    """FLOPs per cycle against bytes exchanged per FLOP (log-log), one point per configuration,
+    under each target's ceilings: the AMP peak (flat) and the exchange peak over the bytes a FLOP
+    needs (falling).  A point's height under the lower ceiling is what the plan leaves unused."""
+    figure = _figure(9, 6.5)
+    ax = figure.subplots()
+    xs = np.array([r["exchange_bytes"] / r["flops"] for r in rows])
+    ys = np.array([r["flops_per_cycle"] for r in rows], dtype=float)
+    ceilings = sorted({(r["amp_peak_flops_per_cycle"], r["exchange_peak_bytes_per_cycle"])
+                       for r in rows})
+    knees = [bandwidth / peak for peak, bandwidth in ceilings]
+    span = np.array([min(xs.min(), *knees) / 10, max(xs.max(), *knees) * 10])
+    line = np.geomspace(*span, 200)
+    for peak, bandwidth in ceilings:
+        ax.plot(line, np.minimum(peak, bandwidth / line), color="red", linestyle="--")
+        ax.text(span[0], peak, f"AMP peak {peak:,} FLOP/cycle", ha="left", va="bottom",
+                fontsize="small", color="red")
+        ax.text(bandwidth / peak, peak / 4, f"exchange {bandwidth:,} B/cycle", rotation=-45,
+                fontsize="small", color="red")
+    colours = _colours(len(rows))
+    for x, y, row, colour in zip(xs, ys, rows, colours):
+        ax.scatter([x], [y], color=colour, label=_configuration_label(row, parameters))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*span)
+    ax.set_xlabel("bytes exchanged per FLOP")
+    ax.set_ylabel("FLOP per cycle")
+    ax.grid(alpha=0.3, which="both")
+    if len(rows) <= MAX_LEGEND_ENTRIES:
+        ax.legend(fontsize="x-small", loc="lower left")
+    ax.set_title("roofline: the plans against the target's ceilings")
+    return figure
+
+
+def plot_roofline(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
+                  path: str | os.PathLike) -> Path | None:
+    """Write :func:`roofline_figure` of the rows with FLOPs and exchange (None: none has)."""
+    rows = [r for r in _with_figures(rows, ROOFLINE_COLUMNS)
+            if r["flops"] > 0 and r["exchange_bytes"] > 0]
+    if not rows:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(roofline_figure(rows, parameters), path)
 
 
 def pareto_figure(rows: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]],

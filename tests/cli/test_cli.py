@@ -228,7 +228,7 @@ def test_a_reader_that_leaves_early_does_not_stop_the_work(tmp_path):
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 1 and "Traceback" not in result.stderr
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
-        "metrics-batch_size.png", "tile-heatmap.png"]
+        "memory-by-role.png", "metrics-batch_size.png", "roofline.png", "tile-heatmap.png"]
 
 
 @pytest.mark.parametrize("flags, field, value", [

@@ -54,7 +54,8 @@ def test_sweep_plots_one_figure_per_swept_flag(tmp_path, capsys):
             "--heatmap", "1"]
     assert main(argv) == 0
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert names == ["metrics-batch_size.png", "metrics-cell_order.png", "tile-heatmap.png"]
+    assert names == ["memory-by-role.png", "metrics-batch_size.png", "metrics-cell_order.png",
+                     "roofline.png", "tile-heatmap.png"]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -104,7 +105,8 @@ def test_plots_with_nothing_swept_say_so_and_still_draw_the_heatmap(tmp_path, ca
     out = capsys.readouterr().out
     assert "plots             none: nothing is swept" in out and "refused" not in out.split(
         "rows              ")[1]
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["tile-heatmap.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "memory-by-role.png", "roofline.png", "tile-heatmap.png"]
 
 
 def test_plots_without_matplotlib_are_refused_before_the_sweep(tmp_path, monkeypatch, capsys):
@@ -269,7 +271,7 @@ def _rows(parameter: str, values: list[int], scale: float = 1.0) -> list[dict]:
     return [{parameter: v, "batch_size": b, "max_tile_bytes": int(1000 * v * scale),
              "always_live_bytes": 500 * v, "not_always_live_max_bytes": 100 * v,
              "exchange_bytes": 10 * v, "cycles_compute": 1000 + v, "cycles_exchange": 50 * v,
-             "cycles_sync": 7, "bytes_per_tile": 638976, "total_capacity": 638976 * 1472}
+             "cycles_sync": 7, "cycles_total": 1007 + 51 * v, "bytes_per_tile": 638976, "total_capacity": 638976 * 1472}
             for v in values for b in (1, 2)]
 
 
@@ -280,9 +282,9 @@ def test_metrics_plots_use_log_axes_over_decades_and_integer_ticks():
 
     doubling = metrics_figure(_rows("sequence_size", [1, 2, 4, 8, 64, 512, 4096]),
                               "sequence_size", ["sequence_size", "batch_size"])
-    axes = doubling.axes[:6]
+    axes = doubling.axes[:7]
     assert all(ax.get_xscale() == "log" for ax in axes)
-    assert axes[0].get_yscale() == "log" and axes[3].get_yscale() == "linear"  # 1001..5096
+    assert axes[0].get_yscale() == "log" and axes[4].get_yscale() == "linear"  # 1001..5096
     ticks = [t for t in axes[0].get_xticks() if 1 <= t <= 4096]
     assert ticks and all(float(t).is_integer() for t in ticks)
     assert [line.get_label() for line in axes[0].lines][-1] == "tile capacity 638,976 B"
@@ -293,7 +295,7 @@ def test_metrics_plots_use_log_axes_over_decades_and_integer_ticks():
     assert any("(far above the data)" in t.get_text() for t in ax.texts)  # no line at 624 KiB
     few.canvas.draw()
     legend = few.legends[0].get_window_extent()
-    assert all(legend.y1 <= a.get_window_extent().y0 for a in few.axes[:6])  # off the data
+    assert all(legend.y1 <= a.get_window_extent().y0 for a in few.axes[:7])  # off the data
 
 
 def test_heatmap_is_the_tile_maps_grid_on_a_scale_fitted_to_the_data():

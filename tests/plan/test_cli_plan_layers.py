@@ -57,7 +57,8 @@ def test_a_gemm_sweep_over_transposes_with_plots(tmp_path, capsys):
         ("False", "False"), ("False", "True"), ("True", "False"), ("True", "True")]
     assert all(r["shards_chosen"] == "" for r in table)
     plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert plots == ["metrics-transpose_a.png", "metrics-transpose_b.png", "tile-heatmap.png"]
+    assert plots == ["memory-by-role.png", "metrics-transpose_a.png", "metrics-transpose_b.png",
+                     "roofline.png", "tile-heatmap.png"]
 
 
 def test_fc_find_max_of_the_batch(tmp_path, capsys):
