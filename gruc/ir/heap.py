@@ -16,7 +16,9 @@ engine (a 64x256x256 training layer).  So a full collection put off is paid when
 starts, if it is owed (:data:`OWED_AFTER` times as many young collections since the last full
 one as the caller's threshold) and a compiled program (an engine's, a plan's) has been freed
 since (:func:`note_release`): a loop stays flat, and a build followed by its compile, where nothing
-was dropped, pays nothing.  ``gc.disable()`` by the caller is respected.
+was dropped, pays nothing; what it frees goes back to the operating system (glibc's
+``malloc_trim``).  :func:`collect_if_owed` pays it earlier, for a measurement that starts
+between blocks.  ``gc.disable()`` by the caller is respected.
 
 Still needed now that a compiled module owns its graph (``dce`` returns a module over a copy of
 what it runs, :mod:`gruc.ir.graph_copy`): the copy is a web of cycles like any graph, held by
@@ -27,7 +29,9 @@ still walk them all for nothing.
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import sys
 import threading
 import weakref
 from contextlib import contextmanager
@@ -45,6 +49,8 @@ four or five plans (every one, it took 8 % longer), and keeps at most that many 
 _lock = threading.Lock()
 _active = 0
 _saved: tuple[int, ...] = ()
+_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None
+"""glibc's ``malloc_trim`` (None where the C library has none)."""
 _released = threading.Event()
 """Set when something :func:`note_release` watches is freed: a graph may have become garbage."""
 
@@ -57,6 +63,32 @@ def note_release(owner: object) -> None:
     weakref.finalize(owner, _released.set)
 
 
+def _collect_owed(threshold: int) -> bool:
+    """With the lock held and no block active: the full collection the last blocks put off, if it
+    is owed and has garbage to find (``threshold``: the caller's oldest-generation threshold);
+    True if it ran.  The heap it frees goes back to the operating system where the C library can
+    say so (glibc's ``malloc_trim``): a dropped graph of a large layer is gigabytes of small
+    objects, which the allocator would otherwise keep mapped for the process's next graph."""
+    if not (_released.is_set() and gc.isenabled()
+            and gc.get_count()[2] >= OWED_AFTER * threshold):
+        return False
+    _released.clear()
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+    return True
+
+
+def collect_if_owed() -> bool:
+    """Pay now the full collection the next block would start with (see the module), outside
+    any block; True if it ran.  For a measurement that must not count the previous graph's
+    garbage: a plan's peak memory (:func:`gruc.plan.figures.measured`) is read from a high-water
+    mark reset before the plan starts, so garbage still held then, though freed a moment later
+    inside the plan, would count as the plan's."""
+    with _lock:
+        return _active == 0 and _collect_owed(gc.get_threshold()[2])
+
+
 @contextmanager
 def deferred_full_collections() -> Iterator[None]:
     """Run the block with full garbage collections deferred (see the module docstring)."""
@@ -64,10 +96,7 @@ def deferred_full_collections() -> Iterator[None]:
     with _lock:
         if _active == 0:
             _saved = gc.get_threshold()
-            if _released.is_set() and gc.isenabled() \
-                    and gc.get_count()[2] >= OWED_AFTER * _saved[2]:
-                _released.clear()
-                gc.collect()  # the full collection the last blocks put off, with garbage to find
+            _collect_owed(_saved[2])
             gc.set_threshold(_saved[0], _saved[1], max(_saved[2], DEFERRED_THRESHOLD))
         _active += 1
     try:
