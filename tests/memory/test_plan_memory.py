@@ -42,13 +42,20 @@ def vindex(graph, v):
 
 
 # ---- worked examples ----------------------------------------------------------------------------
-def test_disjoint_temporaries_share_an_offset():
+def copy_chain(names, size, copies):
+    """A module of ``names``' variables (``size`` floats each, on tile 0; the host writes ``x``
+    and reads ``y``) running ``copies`` (pairs of names) in order, and its plan."""
     g = Graph(TARGET)
-    x, t1, t2, y = (var(g, n, 8) for n in ("x", "t1", "t2", "y"))
-    g.create_host_write("x", x)
-    g.create_host_read("y", y)
-    m = Module(g, [Sequence(Copy(x, t1), Copy(t1, y), Copy(y, t2), Copy(t2, y))])
-    plan = plan_memory(m)
+    v = {n: var(g, n, size) for n in names}
+    g.create_host_write("x", v["x"])
+    g.create_host_read("y", v["y"])
+    m = Module(g, [Sequence(*(Copy(v[a], v[b]) for a, b in copies))])
+    return g, m, plan_memory(m), [v[n] for n in names]
+
+
+def test_disjoint_temporaries_share_an_offset():
+    g, m, plan, (x, t1, t2, y) = copy_chain(("x", "t1", "t2", "y"), 8, [
+        ("x", "t1"), ("t1", "y"), ("y", "t2"), ("t2", "y")])
     assert isinstance(plan, MemoryPlan)
     ix, it1, it2, iy = (vindex(g, v) for v in (x, t1, t2, y))
     assert plan.offset(ix, 0) == 0 and plan.offset(iy, 0) == 32  # always-live, packed
@@ -325,12 +332,8 @@ def test_random_modules_plan_safely_on_tight_tiles(data):
 
 def test_a_broken_plan_is_caught_by_the_simulation():
     # the checks can fail: give two interfering variables the same bytes
-    g = Graph(TARGET)
-    x, a, b, y = (var(g, n, 4) for n in ("x", "a", "b", "y"))
-    g.create_host_write("x", x)
-    g.create_host_read("y", y)
-    m = Module(g, [Sequence(Copy(x, a), Copy(x, b), Copy(a, y), Copy(b, y))])
-    plan = plan_memory(m)
+    g, m, plan, (x, a, b, y) = copy_chain(("x", "a", "b", "y"), 4, [
+        ("x", "a"), ("x", "b"), ("a", "y"), ("b", "y")])
     check_by_simulation(m, plan, random.Random(0), runs=1)
     offsets = np.array(plan.block_offset)
     ia, ib = vindex(g, a), vindex(g, b)
