@@ -9,9 +9,10 @@ is this plan's (the process's memory at the plan's start included: what a host m
 to plan it in that process).  A full collection the previous plans put off
 (:mod:`gruc.ir.heap`) is paid before the reset, not inside the plan: a plan that did not fit
 left its graph as garbage, and counted into the next plan's peak it made a serial study's rows
-read 20.8 GB where the plan alone peaks at 7.3 GB (training H = I = 2,636 after 2,900).  Where the reset is not possible (another OS, a kernel that refuses
-it) the figure is ``ru_maxrss``, the process's peak since it started — a worker's over all the
-plans it made so far — and the row's ``peak_rss_scope`` says ``worker`` instead of ``plan``.
+read 20.8 GB where the plan alone peaks at 7.3 GB (training H = I = 2,636 after 2,900).  Where
+the reset is not possible (another OS, a kernel that refuses it) the figure is ``ru_maxrss``,
+the process's peak since it started — a worker's over all the plans it made so far — and the
+row's ``peak_rss_scope`` says ``worker`` instead of ``plan``.
 
 **Use of the IPU.**  The layer's FLOPs (poplibs' estimate for a GRU phase, the products' own
 count) per cycle, against the target's peak: every tile's accumulating matrix product (AMP)

@@ -43,7 +43,8 @@ ROW_COLUMNS = (
     "config", "pipeline", "target", "tiles", "bytes_per_tile", "total_capacity", "shards_chosen",
     "fits", "tiles_over_capacity", "first_overflow_tile", "first_overflow_bytes",
     "first_overflow_tensors", "max_tile_bytes", "tiles_used", "always_live_bytes",
-    "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, *ROLE_COLUMNS, "exchange_bytes",
+    "not_always_live_max_bytes", "total_memory", *CATEGORY_COLUMNS, *ROLE_COLUMNS,
+    "exchange_bytes",
     "cycles_compute", "cycles_exchange", "cycles_sync", "cycles_total", "flops", *FIGURE_COLUMNS,
     "build_seconds", "compile_seconds", *USAGE_COLUMNS, "gruc_version", "error",
 )
@@ -53,9 +54,8 @@ are over all tiles; ``bytes_per_tile`` and ``total_capacity`` are the target's m
 all tiles), not what the layer uses; ``total_memory`` is Poplar's (always-live plus each tile's
 not-always-live peak), split by category in the ``memory_*`` columns and by what the bytes are
 for in the ``role_*`` ones, over the chip and on the fullest tile (:mod:`gruc.plan.roles`);
-``shards_chosen`` is the
-GRU layer's shards per time loop, None (an empty cell) for a layer with no time loop to shard
-(fc, gemm); ``*_seconds`` are host times.  The IPU's use (utilisation against the AMP peak,
+``shards_chosen`` is the GRU layer's shards per time loop, None (an empty cell) for a layer
+with no time loop to shard (fc, gemm); ``*_seconds`` are host times.  The IPU's use (utilisation against the AMP peak,
 exchange and sync shares, by phase for a GRU layer) and the host's cost of the plan (CPU
 seconds, peak resident bytes) are :mod:`gruc.plan.figures`'."""
 

@@ -134,7 +134,7 @@ def metrics_figure(rows: Sequence[dict[str, Any]], parameter: str, parameters: S
     log_x = numeric and spans_decades([r[parameter] for r in rows])
     series: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        name = ", ".join(f"{p}={_label(row[p])}" for p in others) or "all"
+        name = _configuration_label(row, others, "all")
         series.setdefault(name, []).append(row)
     figure = _figure(12, 13)
     axes = figure.subplots(4, 2).ravel()
@@ -206,13 +206,14 @@ def plot_metrics(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
     if not rows:
         return []
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     return [_save(metrics_figure(rows, parameter, parameters, title),
                   directory / f"metrics-{parameter}.png") for parameter in parameters]
 
 
-def _configuration_label(row: dict[str, Any], parameters: Sequence[str]) -> str:
-    return ", ".join(f"{p}={_label(row[p])}" for p in parameters) or "layer"
+def _configuration_label(row: dict[str, Any], parameters: Sequence[str],
+                         alone: str = "layer") -> str:
+    """``flag=value, ...`` of ``parameters`` in ``row`` (``alone`` where there are none)."""
+    return ", ".join(f"{p}={_label(row[p])}" for p in parameters) or alone
 
 
 def _with_figures(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[dict[str, Any]]:
@@ -261,8 +262,6 @@ def plot_roles(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
     rows = _with_figures(rows, ROLE_COLUMNS[:-1])
     if not rows:
         return None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     return _save(roles_figure(rows, parameters), path)
 
 
@@ -311,8 +310,6 @@ def plot_roofline(rows: Sequence[dict[str, Any]], parameters: Sequence[str],
             if r["flops"] > 0 and r["exchange_bytes"] > 0]
     if not rows:
         return None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     return _save(roofline_figure(rows, parameters), path)
 
 
@@ -347,8 +344,6 @@ def pareto_figure(rows: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]
 def plot_pareto(rows: Sequence[dict[str, Any]], front: Sequence[dict[str, Any]],
                 axes: Sequence[tuple[str, str]], path: str | os.PathLike) -> Path:
     """Write :func:`pareto_figure` to ``path`` (its directory made if need be)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     return _save(pareto_figure(rows, front, axes), path)
 
 
@@ -405,11 +400,14 @@ def heatmap_figure(plan):
 
 def plot_tile_heatmap(plan, path: str | os.PathLike) -> Path:
     """Write :func:`heatmap_figure` of one planned configuration to ``path``."""
-    return _save(heatmap_figure(plan), Path(path))
+    return _save(heatmap_figure(plan), path)
 
 
-def _save(figure, path: Path) -> Path:
-    """Write ``figure`` as PNG to ``path`` atomically (a reader never sees half an image)."""
+def _save(figure, path: str | os.PathLike) -> Path:
+    """Write ``figure`` as PNG to ``path`` atomically (a reader never sees half an image), its
+    directory made if need be."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=80)
     return path
