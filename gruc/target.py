@@ -25,6 +25,14 @@ MAX_IPUS = 64
 MAX_TILES_PER_IPU = 8192
 """The most tiles an IPU may have here (an ipu2 has 1472)."""
 
+TILES_PER_SHARED_EXCHANGE_BUS = 2
+"""Tiles that share one exchange bus (a *supertile*: tiles ``2i`` and ``2i + 1``).  Both receive
+an element sent to both in the same cycles, so what a supertile's two tiles both receive moves at
+twice a tile's rate for each of them: poplin's planner charges such inputs half
+(``ExchangeEstimator``, ``supportsExchangeBusSharing`` / ``getTilesPerSharedExchangeBus``, present
+since the Mk1-only planner of 2017; popsparse's planners assert the count is 2).  Sources and how
+gruc applies it: ``docs/cycle-model.md``."""
+
 DeviceType = Literal["ipu1", "ipu2"]
 DEVICE_TYPES: tuple[str, ...] = ("ipu1", "ipu2")
 

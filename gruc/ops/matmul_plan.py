@@ -40,7 +40,7 @@ from gruc.ir.codelets.conv_costs import (ConvMethod, amp_partials_cycles, cast_c
                                          mac_partials_cycles, multi_stage_reduce_plan,
                                          reduce_add_cycles)
 from gruc.ir.codelets.matmul import FIELD_M, FIELD_N, Blocking
-from gruc.target import Target
+from gruc.target import TILES_PER_SHARED_EXCHANGE_BUS, Target
 from gruc.types import FLOAT, HALF, DType
 
 FC_BWD = "fc-bwd"
@@ -269,13 +269,18 @@ def _evaluate(problem: _Problem, method: ConvMethod, orientation: str,
 
 def pass_cost(problem: _Problem, method: ConvMethod, field: np.ndarray, in_groups: np.ndarray,
               out_groups: np.ndarray, groups: np.ndarray, in_divisor: np.ndarray,
-              weight_divisor: np.ndarray, depth: np.ndarray) -> dict[str, np.ndarray]:
+              weight_divisor: np.ndarray, depth: np.ndarray, standard_order: bool = True
+              ) -> dict[str, np.ndarray]:
     """poplin's estimate of one pass of a product (``addEstimates``) on a tile computing
     ``field`` elements over ``in_groups`` / ``out_groups`` channel groups of ``groups`` conv
     groups: its vertex, the inputs it takes from the ``in_divisor`` tiles that share them, the
     weights from the ``weight_divisor`` tiles that share those, and the reduction of ``depth``
-    partials (the first stage's exchange charged always, as poplin does).  Arrays, one entry
-    per candidate: cycles by term and temporary bytes."""
+    partials (the first stage's exchange charged always, as poplin does).  In poplin's
+    ``standard_order`` of tiles, the ``in_divisor`` tiles sharing an input are neighbours, so
+    with an even count supertile pairs receive it together at twice the rate
+    (:data:`~gruc.target.TILES_PER_SHARED_EXCHANGE_BUS`); a joint plan's backward and
+    weight-update orders get no such discount.  Arrays, one entry per candidate: cycles by term
+    and temporary bytes."""
     target = problem.target
     float_acts, float_partials = problem.in_type == FLOAT, problem.partials_type == FLOAT
     in_size, p_size = problem.in_type.size, problem.partials_type.size
@@ -291,7 +296,9 @@ def pass_cost(problem: _Problem, method: ConvMethod, field: np.ndarray, in_group
     inputs = field * ci_t * groups
     weights = ci_t * co_t * groups
     partials = field * co_t * groups
-    exchange = (_exchange_cycles(inputs - inputs // in_divisor, in_size, target)
+    shared = np.where(standard_order & (in_divisor % TILES_PER_SHARED_EXCHANGE_BUS == 0),
+                      TILES_PER_SHARED_EXCHANGE_BUS, 1)
+    exchange = (-(-_exchange_cycles(inputs - inputs // in_divisor, in_size, target) // shared)
                 + _exchange_cycles(weights - weights // weight_divisor, in_size, target)
                 + _exchange_cycles(partials, p_size, target))
     reduce_cycles = np.zeros_like(partial_calc)
@@ -517,9 +524,11 @@ def _joint(problem: _Problem, bound: float) -> MatMulPlan | None:
         kg, og, fg = -(-kb // in_pg), -(-mb // out_pg), -(-fb // in_pg)
         wu = _wu_method(method)
         ones = np.ones_like(gb)
-        backward = pass_cost(problem, method, kg * in_pg, fg, og, gb, ones, pk, pf)
+        backward = pass_cost(problem, method, kg * in_pg, fg, og, gb, ones, pk, pf,
+                             standard_order=False)
         update = pass_cost(problem, wu, fb, -(-(og * out_pg) // wu.in_chans_per_group),
-                           -(-(kg * in_pg) // wu.partial_chans_per_group), gb, pk, pf, ones)
+                           -(-(kg * in_pg) // wu.partial_chans_per_group), gb, pk, pf, ones,
+                           standard_order=False)
         cycles = table["cycles"] + backward["cycles"] + update["cycles"]
         temporary = np.maximum(table["temporary"], np.maximum(backward["temporary"],
                                                               update["temporary"]))

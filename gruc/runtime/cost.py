@@ -29,7 +29,7 @@ from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
 from gruc.ir.tensor import Tensor
 from gruc.ir.tile_table import repeats_its_rows
 from gruc.ir.vertices import VertexKind
-from gruc.target import Target
+from gruc.target import TILES_PER_SHARED_EXCHANGE_BUS, Target
 
 VERTEX_OVERHEAD_CYCLES = 50
 """Fixed cost of starting a vertex on a tile (supervisor dispatch of the workers)."""
@@ -92,6 +92,9 @@ class Traffic:
         self.num_tiles = target.num_tiles
         self.tiles_per_ipu = target.tiles_per_ipu
         self.bytes_in = np.zeros(self.num_tiles, dtype=np.int64)
+        self.bytes_in_shared = np.zeros(self.num_tiles, dtype=np.int64)
+        """Of ``bytes_in``, those the other tile of the receiver's supertile receives too, from
+        the same sender: they arrive at twice a tile's rate (``TILES_PER_SHARED_EXCHANGE_BUS``)."""
         self.bytes_out = np.zeros(self.num_tiles, dtype=np.int64)
         """Bytes each tile sends, of transfers whose elements are not known (each sent once)."""
         self.crossing = False
@@ -110,12 +113,17 @@ class Traffic:
         self.receives(receivers, senders, size)
         self.sends(senders, size, elements)
 
-    def receives(self, receivers: np.ndarray, senders: np.ndarray, size: int) -> None:
-        """The receiving side of :meth:`transfers`: bytes in and the messages."""
+    def receives(self, receivers: np.ndarray, senders: np.ndarray, size: int,
+                 shared: np.ndarray | None = None) -> None:
+        """The receiving side of :meth:`transfers`: bytes in and the messages; ``shared`` marks
+        the entries the receiver's supertile neighbour receives too."""
         if not len(receivers):
             return
         receivers, senders = receivers.astype(np.int64), senders.astype(np.int64)
         self.bytes_in += np.bincount(receivers, minlength=self.num_tiles) * size
+        if shared is not None and shared.any():
+            self.bytes_in_shared += np.bincount(receivers[shared],
+                                                minlength=self.num_tiles) * size
         self._note_pairs(receivers * self.num_tiles + senders, size)
 
     def sends(self, senders: np.ndarray, size: int, elements: np.ndarray | None = None) -> None:
@@ -481,7 +489,9 @@ class _StepCoster:
         rate = (self.target.inter_ipu_exchange_bytes_per_cycle if traffic.crossing
                 else self.target.exchange_bytes_per_cycle)
         sent = traffic.sent()
-        exchange = np.ceil(np.maximum(traffic.bytes_in, sent) / rate).astype(np.int64)
+        receiving = traffic.bytes_in - traffic.bytes_in_shared \
+            + traffic.bytes_in_shared // TILES_PER_SHARED_EXCHANGE_BUS
+        exchange = np.ceil(np.maximum(receiving, sent) / rate).astype(np.int64)
         if traffic.crossing:
             sync = max(sync, self.target.inter_ipu_sync_cycles)
         peers_in, peers_out = traffic.peers()

@@ -19,6 +19,9 @@ from gruc.ir.codelets.conv_costs import (
     reduce_stages,
     worker_split,
 )
+from gruc.ops.matmul_plan import _Problem, pass_cost
+from gruc.target import Target
+from gruc.types import FLOAT
 
 AMP_FLOAT = ConvMethod("AMP", 8, 8, conv_units=8, weights_per_conv_unit=8)
 
@@ -98,3 +101,17 @@ def test_method_round_trips_through_its_vertex_parameter():
         ConvMethod.of_param(("SLIC", 8, 8, 0, 0))
     with pytest.raises(ValueError):
         ConvMethod.of_param(("AMP", 0, 8, 8, 8))
+
+
+def test_inputs_shared_by_supertile_neighbours_cost_half_their_exchange():
+    """poplin's ``ExchangeEstimator``: with an even output-channel split, the tiles receiving
+    the same input elements are supertile neighbours and take them at twice the rate.  A float
+    MAC tile of 64 field elements and one channel: of its 64 inputs it lacks all but
+    ``64 // split``; the weight and partial terms do not change with the split."""
+    problem = _Problem(Target.of("ipu1"), (1, 1, 1, 64), FLOAT, FLOAT, FLOAT)
+    one = np.ones(4, dtype=np.int64)
+    exchange = pass_cost(problem, ConvMethod("MAC", 1, 1), 64 * one, one, one, one,
+                         in_divisor=np.array([1, 2, 3, 4]), weight_divisor=one,
+                         depth=one)["exchange"]
+    # split 2: 32 floats, 32 cycles at 4 B, halved; 3: 43 floats, not shared; 4: 48, halved
+    assert (exchange - exchange[0]).tolist() == [0, 16, 43, 24]

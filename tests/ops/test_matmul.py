@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gruc import (FLOAT, HALF, INT, Copy, Engine, Graph, GrucError, GrucOptionError, GrucShapeError,
                   GrucTypeError, GrucValueError, Module, Repeat, Sequence, Target)
-from gruc.ir.codelets.matmul import Blocking, block_tiles
+from gruc.ir.codelets.matmul import Blocking, block_tiles, blocking_of
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ops import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul, mat_mul_acc,
@@ -309,6 +309,43 @@ def test_report_shows_exchange_and_temporaries():
         assert not blocks["c.partials"][1]
         if footprint.peak_step[tile] == 0:                       # its peak: the partials step
             assert footprint.not_always_live["message"][tile] == received
+
+
+def test_supertile_neighbours_take_the_operand_elements_both_receive_at_twice_the_rate():
+    """Operands on tile 0 again: a tile receives its a and b blocks, and the part of them the
+    other tile of its supertile (tile ``t ^ 1``) receives too arrives at twice a tile's rate
+    (``TILES_PER_SHARED_EXCHANGE_BUS``), so each receiving tile's exchange is worked here from
+    the blocks and who uses them."""
+    graph = Graph(T16)
+    a, b = graph.add_variable(FLOAT, (12, 90), "a"), graph.add_variable(FLOAT, (90, 40), "b")
+    graph.set_tile_mapping(a, 0)
+    graph.set_tile_mapping(b, 0)
+    graph.create_host_write("a", a)
+    graph.create_host_write("b", b)
+    prog = Sequence()
+    graph.create_host_read("c", mat_mul(graph, a, b, prog, name="c"))
+    step = Engine(graph, prog).costs[0]
+    vertex = next(v for cs in graph.compute_sets for v in cs.vertices
+                  if v.kind.name == "MatMulPartials")
+    geometry, grid = blocking_of(vertex), block_tiles(vertex)
+    gb, kb, mb, nb = (d for d in geometry.block_dims())
+    a_bytes = 4 * np.broadcast_to(gb * kb * mb, grid.shape)     # [g, k, m, n] grid of blocks
+    b_bytes = 4 * np.broadcast_to(gb * kb * nb, grid.shape)
+    shared_a = np.zeros(grid.shape, dtype=bool)  # a's block is shared over n, b's over m
+    shared_b = np.zeros(grid.shape, dtype=bool)
+    for index in np.ndindex(*grid.shape):
+        g, k, m, n = index
+        partner = grid[index] ^ 1
+        shared_a[index] = partner != 0 and partner in grid[g, k, m, :]
+        shared_b[index] = partner != 0 and partner in grid[g, k, :, n]
+    received = a_bytes + b_bytes
+    halved = np.where(shared_a, a_bytes // 2, 0) + np.where(shared_b, b_bytes // 2, 0)
+    assert shared_a.any() or shared_b.any()      # the case is one where sharing happens
+    for index in np.ndindex(*grid.shape):
+        tile = int(grid[index])
+        if tile:
+            assert step.bytes_in_by_tile[tile] == received[index]
+            assert step.exchange_by_tile[tile] == -(-(received - halved)[index] // 4), index
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -273,7 +273,10 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         for u in range(users.shape[3]):
             receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
             away = blocks != receiver
-            traffic.receives(receiver[away], blocks[away], size)
+            neighbour = receiver ^ 1  # the other tile of the receiver's supertile
+            both = away & (blocks != neighbour) & np.broadcast_to(
+                (users == neighbour[..., :1]).any(axis=3, keepdims=True), blocks.shape)
+            traffic.receives(receiver[away], blocks[away], size, both[away])
             wanted |= away
         traffic.sends(blocks[wanted], size, ids[wanted])  # each element sent once
 
