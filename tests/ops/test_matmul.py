@@ -12,6 +12,7 @@ from gruc import (FLOAT, HALF, INT, Copy, Engine, Graph, GrucError, GrucOptionEr
                   GrucTypeError, GrucValueError, Module, Repeat, Sequence, Target)
 from gruc.ir.codelets.matmul import Blocking, block_tiles, blocking_of
 from gruc.ir.parser import parse_module
+from gruc.ir.tensor import Tensor
 from gruc.ir.printer import print_module
 from gruc.ops import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul, mat_mul_acc,
                       plan_mat_mul, pre_arrange_mat_mul_input_rhs)
@@ -268,10 +269,8 @@ def test_available_memory_proportion_bounds_the_temporaries_on_ipu2():
     assert plans[0.6].cycles < plans[0.01].cycles < plans[0.003].cycles  # memory costs cycles
 
 
-def test_report_shows_exchange_and_temporaries():
-    """Operands all on tile 0: every other tile receives the elements of its a and b blocks (into
-    buffers that live while the partials are computed), and the reduction brings the partials of
-    every output element to its tile."""
+def product_from_tile_0() -> tuple[Graph, Tensor, Engine]:
+    """``c = a x b``, ``[12, 90] x [90, 40]`` float on 16 tiles, both operands on tile 0."""
     graph = Graph(T16)
     a, b = graph.add_variable(FLOAT, (12, 90), "a"), graph.add_variable(FLOAT, (90, 40), "b")
     graph.set_tile_mapping(a, 0)
@@ -281,7 +280,14 @@ def test_report_shows_exchange_and_temporaries():
     prog = Sequence()
     c = mat_mul(graph, a, b, prog, name="c")
     graph.create_host_read("c", c)
-    engine = Engine(graph, prog)
+    return graph, c, Engine(graph, prog)
+
+
+def test_report_shows_exchange_and_temporaries():
+    """Operands all on tile 0: every other tile receives the elements of its a and b blocks (into
+    buffers that live while the partials are computed), and the reduction brings the partials of
+    every output element to its tile."""
+    graph, c, engine = product_from_tile_0()
     engine.run()
     plan = plan_mat_mul(graph.target, FLOAT, (12, 90), (90, 40))
     geometry = Blocking.of(plan.shape, plan.block)
@@ -316,15 +322,8 @@ def test_supertile_neighbours_take_the_operand_elements_both_receive_at_twice_th
     other tile of its supertile (tile ``t ^ 1``) receives too arrives at twice a tile's rate
     (``TILES_PER_SHARED_EXCHANGE_BUS``), so each receiving tile's exchange is worked here from
     the blocks and who uses them."""
-    graph = Graph(T16)
-    a, b = graph.add_variable(FLOAT, (12, 90), "a"), graph.add_variable(FLOAT, (90, 40), "b")
-    graph.set_tile_mapping(a, 0)
-    graph.set_tile_mapping(b, 0)
-    graph.create_host_write("a", a)
-    graph.create_host_write("b", b)
-    prog = Sequence()
-    graph.create_host_read("c", mat_mul(graph, a, b, prog, name="c"))
-    step = Engine(graph, prog).costs[0]
+    graph, _, engine = product_from_tile_0()
+    step = engine.costs[0]
     vertex = next(v for cs in graph.compute_sets for v in cs.vertices
                   if v.kind.name == "MatMulPartials")
     geometry, grid = blocking_of(vertex), block_tiles(vertex)
