@@ -12,12 +12,13 @@ from gruc import (FLOAT, HALF, INT, Copy, Engine, Graph, GrucError, GrucOptionEr
                   GrucTypeError, GrucValueError, Module, Repeat, Sequence, Target)
 from gruc.ir.codelets.matmul import Blocking, block_tiles, blocking_of
 from gruc.ir.parser import parse_module
-from gruc.ir.tensor import Tensor
 from gruc.ir.printer import print_module
+from gruc.ir.tensor import Tensor
 from gruc.ops import (create_mat_mul_input_lhs, create_mat_mul_input_rhs, mat_mul, mat_mul_acc,
                       plan_mat_mul, pre_arrange_mat_mul_input_rhs)
 from gruc.ops.matmul import MatMulOptions, matmul_options, spread_tiles
 from gruc.ops.matmul_plan import block_tile_grid
+from gruc.runtime.codelets.matmul import supertile_neighbour
 
 T16 = Target.custom(tiles_per_ipu=16)
 BACKENDS = ["numpy", "numba"]
@@ -596,3 +597,11 @@ def test_partials_read_elsewhere_or_half_are_not_fused():
                                    atol=2e-5 if name != "ch" else 2e-3)
     np.testing.assert_allclose(results["numba"]["seen"].sum(axis=1)[0], oracle(av, bv), rtol=1e-5,
                                atol=2e-5)
+
+
+def test_supertiles_pair_the_tiles_of_one_ipu():
+    """Tiles ``2i`` and ``2i + 1`` of each IPU; an odd IPU's last tile has no neighbour."""
+    tiles = np.arange(14)
+    assert supertile_neighbour(tiles, 7).tolist() == [1, 0, 3, 2, 5, 4, -1,
+                                                      8, 7, 10, 9, 12, 11, -1]
+    assert supertile_neighbour(tiles, 14).tolist() == (tiles ^ 1).tolist()

@@ -246,6 +246,14 @@ def _reduce_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.n
                              partials.dtype is FLOAT)
 
 
+def supertile_neighbour(tiles: np.ndarray, tiles_per_ipu: int) -> np.ndarray:
+    """The other tile of each tile's supertile: local tiles ``2i`` and ``2i + 1`` of one IPU
+    (-1 for the last tile of an IPU with an odd tile count, which has none)."""
+    local = tiles % tiles_per_ipu
+    other = local ^ 1
+    return np.where(other < tiles_per_ipu, tiles - local + other, -1)
+
+
 def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blocking, letters: str,
                       traffic: Traffic) -> None:
     """Account an operand's blocks going to every tile that uses them.
@@ -273,7 +281,7 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
         for u in range(users.shape[3]):
             receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
             away = blocks != receiver
-            neighbour = receiver ^ 1  # the other tile of the receiver's supertile
+            neighbour = supertile_neighbour(receiver, graph.target.tiles_per_ipu)
             both = away & (blocks != neighbour) & np.broadcast_to(
                 (users == neighbour[..., :1]).any(axis=3, keepdims=True), blocks.shape)
             traffic.receives(receiver[away], blocks[away], size, both[away])
