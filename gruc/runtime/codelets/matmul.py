@@ -278,12 +278,12 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
             select["gkmn".index(x)] = slice(part.first, part.first + part.count)
         users = tiles[tuple(select)].transpose(order)  # [c, c, c, users]
         wanted = np.zeros(blocks.shape, dtype=bool)  # needed by some tile but its own
+        neighbours = supertile_neighbour(users, graph.target.tiles_per_ipu)
+        paired = (neighbours[..., None, :] == users[..., :, None]).any(axis=3)  # [c, c, c, users]
         for u in range(users.shape[3]):
             receiver = np.broadcast_to(users[..., u:u + 1], blocks.shape)
             away = blocks != receiver
-            neighbour = supertile_neighbour(receiver, graph.target.tiles_per_ipu)
-            both = away & (blocks != neighbour) & np.broadcast_to(
-                (users == neighbour[..., :1]).any(axis=3, keepdims=True), blocks.shape)
+            both = away & paired[..., u:u + 1] & (blocks != neighbours[..., u:u + 1])
             traffic.receives(receiver[away], blocks[away], size, both[away])
             wanted |= away
         traffic.sends(blocks[wanted], size, ids[wanted])  # each element sent once
