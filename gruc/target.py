@@ -33,6 +33,15 @@ twice a tile's rate for each of them: poplin's planner charges such inputs half
 since the Mk1-only planner of 2017; popsparse's planners assert the count is 2).  Sources and how
 gruc applies it: ``docs/cycle-model.md``."""
 
+RPT_COUNT_MAX = 4095
+"""``Target::getRptCountMax()`` of Mk1 and Mk2 (a 12-bit ``rpt`` count): bounds the iterations of
+a hardware loop, and so the elements a popops vertex loops over in one region
+(``maxVertexElementsPerRegion``) and what a fast transposition may repeat."""
+
+STRIDE_LIMIT = 512
+"""``1 << (getNumStrideBits() - 1)``: the largest stride a strided load may take (popops'
+``canUseFastTranspose`` and the transposition estimators test it)."""
+
 DeviceType = Literal["ipu1", "ipu2"]
 DEVICE_TYPES: tuple[str, ...] = ("ipu1", "ipu2")
 

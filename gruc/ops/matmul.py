@@ -25,8 +25,10 @@ dimension, ``[g, m, k] x [g, k, n] -> [g, m, n]``) the way poplibs does:
 ``create_mat_mul_input_lhs`` / ``_rhs`` allocate A / B laid out as the plan for those shapes
 wants — each block spread over the tiles that use it — so a product needs no more exchange than
 the broadcast of each block to its other users (a GRU creates its weights this way);
-``pre_arrange_mat_mul_input_rhs`` copies an existing B into that layout once, after which products
-with ``inputRHSIsPreArranged`` check that B really has it.  ``mat_mul_acc`` is poplin's
+``pre_arrange_mat_mul_input_rhs`` copies an existing B into that layout once (a backward pass's
+weights: transposes them on their tiles where poplin does, :mod:`gruc.ops.weight_transpose`; so
+does ``mat_mul`` itself for a ``TRAINING_BWD`` B not pre-arranged), after which products with
+``inputRHSIsPreArranged`` check that B really has it.  ``mat_mul_acc`` is poplin's
 ``matMulAcc``: the product into a temporary, then ``scaledAddTo``.
 
 Options, by poplibs name (a dict) or as a :class:`MatMulOptions`: ``availableMemoryProportion``
@@ -55,6 +57,9 @@ from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
 from gruc.ops.elementwise import finite_scale, scaled_add_to
 from gruc.ops.matmul_plan import BROADCAST_REARRANGE, MatMulPlan, block_tile_grid, plan_product
+from gruc.ops.weight_transpose import (common_divisors, transpose_block_sizes,
+                                       transpose_weights, transposed_block_tiles,
+                                       transposes_weights)
 from gruc.target import Target
 from gruc.types import FLOAT, DType, dtype_of
 from gruc.validated import OptionFlags
@@ -248,14 +253,48 @@ def create_mat_mul_input_rhs(graph: Graph, dtype: DType | str, a_shape: Sequence
 def pre_arrange_mat_mul_input_rhs(graph: Graph, a_shape: Sequence[int], b: Tensor, prog: Seq,
                                   options: "Mapping[str, Any] | MatMulOptions | None" = None,
                                   name: str = "") -> Tensor:
-    """B copied once into the layout ``create_mat_mul_input_rhs`` gives (poplin
-    ``preArrangeMatMulInputRHS``); pass the result with ``inputRHSIsPreArranged``."""
+    """B once in the layout the product reads (poplin ``preArrangeMatMulInputRHS``); pass the
+    result with ``inputRHSIsPreArranged``.  A ``TRAINING_BWD`` B is transposed on its own tiles
+    where poplin would (:mod:`gruc.ops.weight_transpose`); any other B is copied into the layout
+    ``create_mat_mul_input_rhs`` gives."""
     check_op_args(graph, prog, "pre_arrange_mat_mul_input_rhs")
     _check_tensor("pre_arrange_mat_mul_input_rhs", "B", graph, b)
-    arranged = create_mat_mul_input_rhs(graph, b.dtype, a_shape, b.shape,
-                                        name or "matmul_rhs_arranged", options)
+    label = name or "matmul_rhs_arranged"
+    transposed = _transposed_weights(graph, a_shape, b, matmul_options(options), prog, label)
+    if transposed is not None:
+        return transposed
+    arranged = create_mat_mul_input_rhs(graph, b.dtype, a_shape, b.shape, label, options)
     prog.add(Copy(b, arranged))
     return arranged
+
+
+def _transposition(target: Target, dtype: DType, a_shape: Sequence[int], b_shape: Sequence[int],
+                   opts: MatMulOptions) -> tuple[MatMulPlan, MatMulPlan] | None:
+    """The forward and backward plans of a ``TRAINING_BWD`` product whose weights poplin may
+    transpose (both plans make them the field operand); None for any other product."""
+    if opts.fully_connected_pass is not FullyConnectedPass.TRAINING_BWD:
+        return None
+    G, M, K, N = _dims("mat_mul", a_shape, b_shape)
+    backward = plan_mat_mul(target, dtype, (G, M, K), (G, K, N), opts)
+    forward_opts = opts.model_copy(update={"fully_connected_pass": FullyConnectedPass.TRAINING_FWD,
+                                           "input_rhs_is_pre_arranged": False})
+    forward = plan_mat_mul(target, dtype, (G, M, N), (G, N, K), forward_opts)
+    return (forward, backward) if transposes_weights(forward, backward) else None
+
+
+def _transposed_weights(graph: Graph, a_shape: Sequence[int], b: Tensor, opts: MatMulOptions,
+                        prog: Seq, name: str) -> Tensor | None:
+    """B transposed block by block on its tiles, as poplin's ``fullyConnectedWeightTranspose``
+    does before a backward product; None where poplin leaves it to the product."""
+    plans = _transposition(graph.target, b.dtype, a_shape, b.shape, opts)
+    if plans is None:
+        return None
+    grouped = _grouped(b)
+    sizes = transpose_block_sizes(*plans, graph.element_tiles(grouped).reshape(grouped.shape),
+                                  b.dtype.size == 2)
+    if sizes is None:
+        return None
+    return transpose_weights(graph, grouped, sizes, prog, name).reshape(b.shape)
 
 
 # ---- products ---------------------------------------------------------------------------------
@@ -273,8 +312,23 @@ def _prepare(what: str, graph: Graph, a: Tensor, b: Tensor, options,
                         out_type=a.dtype if out_type is None else _float_type(what, out_type))
     if opts.input_rhs_is_pre_arranged:
         expected = plan_mat_mul(graph.target, b.dtype, a.shape, b.shape, opts)
-        _check_pre_arranged(what, graph, b, expected)
+        plans = _transposition(graph.target, b.dtype, a.shape, b.shape, opts)
+        if plans is None or not _in_transposed_blocks(graph, b, *plans):
+            _check_pre_arranged(what, graph, b, expected)
     return plan
+
+
+def _in_transposed_blocks(graph: Graph, b: Tensor, forward: MatMulPlan,
+                          backward: MatMulPlan) -> bool:
+    """Whether B lies as a weight transposition leaves it: blocks of some size the transposition
+    may take, each on one tile."""
+    _, _, K, N = backward.shape
+    tiles = graph.element_tiles(_grouped(b)).reshape(-1, K, N)
+    for rows in common_divisors(backward.method.in_chans_per_group, K)[:-1]:
+        for cols in common_divisors(forward.method.in_chans_per_group, N)[:-1]:
+            if np.array_equal(tiles, transposed_block_tiles(tiles, rows, cols)):
+                return True
+    return False
 
 
 def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) -> None:
@@ -392,6 +446,10 @@ def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | 
     [m, n]`` or ``[g, m, k] x [g, k, n] -> [g, m, n]``; of ``out_type`` (default: A's type)."""
     check_op_args(graph, prog, "mat_mul")
     plan = _prepare("mat_mul", graph, a, b, options, out_type)
+    opts = matmul_options(options)
+    if not opts.input_rhs_is_pre_arranged:
+        transposed = _transposed_weights(graph, a.shape, b, opts, prog, f"{name or 'matmul'}.b")
+        b = b if transposed is None else transposed
     G, M, _, N = plan.shape
     dtype = a.dtype if out_type is None else dtype_of(out_type)
     out = graph.add_variable(dtype, (G, M, N) if a.rank == 3 else (M, N), name or "matmul")

@@ -11,8 +11,8 @@ names where the structure says it:
   (``input_weights``, ``weights``, ``biases``, ...);
 * **weight gradients**: the variables of host-read gradients of those (``..._weights_grad``,
   ``biases_grad``) and the accumulators a weight update sums into (``..._acc``);
-* **transposed weights**: a variable a ``Copy`` fills from the weights alone — poplin's
-  pre-arranged (transposed) weights for the backward products;
+* **transposed weights**: a variable a ``Copy`` or a ``Transpose`` vertex fills from the weights
+  alone — poplin's pre-arranged (transposed) weights for the backward products;
 * **saved intermediates**: the gates a training forward saves for its backward pass (and the
   backward's for a separate weight update): the variables named ``...intermediates``;
 * **activations**: the sequences the time loops slice and update, and the other host-visible
@@ -37,8 +37,10 @@ import numpy as np
 
 from gruc.ir.codelets.dynamic import DYNAMIC_SLICE, DYNAMIC_UPDATE
 from gruc.ir.codelets.matmul import MATMUL_PARTIALS
+from gruc.ir.codelets.transpose import TRANSPOSE
 from gruc.ir.module import Module
 from gruc.ir.program import Copy, Execute
+from gruc.ir.tensor import Tensor
 from gruc.runtime.report import Report
 
 TENSOR_ROLES = ("weights", "weight_gradients", "transposed_weights", "saved_intermediates",
@@ -81,16 +83,23 @@ def variable_roles(module: Module) -> np.ndarray:
     gradients = _host_variables(graph.host_reads, _is_weight_gradient) | {
         v.index for v in graph.variables if v.name.endswith("_acc")}
     transposed, partials, sliced = set(), set(), set()
+
+    def from_weights(source: Tensor, target: Tensor) -> None:
+        """A variable filled from the weights alone holds them rearranged for a product."""
+        sources = {v.index for v in source.variables()}
+        targets = target.variables()
+        if sources and sources <= weights and len(targets) == 1 \
+                and targets[0].index not in weights:
+            transposed.add(targets[0].index)
+
     for node in module.walk():
         if isinstance(node, Copy):
-            sources = {v.index for v in node.src.variables()}
-            targets = node.dst.variables()
-            if sources and sources <= weights and len(targets) == 1 \
-                    and targets[0].index not in weights:
-                transposed.add(targets[0].index)
+            from_weights(node.src, node.dst)
         elif isinstance(node, Execute):
             for vertex in node.compute_set.vertices:
-                if vertex.kind is MATMUL_PARTIALS:
+                if vertex.kind is TRANSPOSE:
+                    from_weights(vertex.fields["in"], vertex.fields["out"])
+                elif vertex.kind is MATMUL_PARTIALS:
                     partials.update(v.index for v in vertex.fields["partials"].variables())
                 elif vertex.kind in (DYNAMIC_SLICE, DYNAMIC_UPDATE):
                     sliced.update(v.index for v in vertex.fields["base"].variables())

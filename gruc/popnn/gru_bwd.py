@@ -22,8 +22,9 @@ here is checked against:
 Why it is built this way (poplibs' reasons, kept):
 
 * **Weights are transposed and pre-arranged once**, before the loop
-  (``pre_arrange_mat_mul_input_rhs``), so the per-step products read them in the layout their plan
-  wants; without input gradients the input half is left out altogether.
+  (``pre_arrange_mat_mul_input_rhs``: block by block on their own tiles where poplin's
+  ``fullyConnectedWeightTranspose`` would, else copied into the per-step products' layout), so
+  no step pays for it; without input gradients the input half is left out altogether.
 * **Each step's elementwise work is a few fused vertices.**  An expression over operands of one
   shape becomes one vertex per tile; the per-row mask and the AUGRU ``1 − a`` are therefore
   broadcast once per step into ``[B, H]`` tensors, after which every map of the step fuses.
@@ -154,7 +155,8 @@ class _TransposedWeights(NamedTuple):
 
 def _pre_arrange(graph: Graph, params: GruParams, weights: GruWeights, mm: dict, prog: Sequence,
                  name: str) -> _TransposedWeights:
-    """Transpose the weights and copy them once into the layout of the per-step products."""
+    """The weights transposed once for the per-step products (``pre_arrange_mat_mul_input_rhs``:
+    transposed on their tiles, or copied into the products' layout)."""
     forward = _internal_weights(params, weights)
     b, i = params.batch_size, params.input_size
     skip = 0 if params.calc_input_gradients else i  # rows of the input weights, when unused

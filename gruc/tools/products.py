@@ -7,8 +7,9 @@ Poplar's published figures; see ``docs/matmul-planner.md``).
 outputs, batch ``B``.  The activations ``[G, B, I]`` and weights ``[G, I, O]`` are created for the
 forward product's plan (``TRAINING_FWD``), the output gradients ``[G, B, O]`` for the backward
 one's.  Program 0, the forward pass: ``out = act x W`` (plus the bias).  Program 1, the backward
-pass: ``in_grad = out_grad x Wᵀ`` (the weights first copied into the backward plan's layout, as
-poplin's ``fullyConnectedWeightTranspose`` does), then the weight update ``W += -lr · actᵀ x
+pass: ``in_grad = out_grad x Wᵀ`` (the weights first transposed block by block on their tiles,
+or copied into the backward plan's layout, as poplin's ``fullyConnectedWeightTranspose`` does),
+then the weight update ``W += -lr · actᵀ x
 out_grad`` (poplin's ``matMulAcc``: the product, then a scaled add; the bias steps by the summed
 gradients).  ``pass_`` runs one of them (``fwd``, ``bwd``, ``wu``) or all.  The learning rate is
 poplibs' tool's, 1.  Every tensor the tool streams to or from the host is host-visible, as the

@@ -219,8 +219,10 @@ def test_create_rhs_spreads_each_block_over_its_users():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pre_arranged_rhs(backend, rng):
+    """A B that no backward pass transposes is copied into the product's layout (the backward
+    pass's transposition: tests/ops/test_weight_transpose.py)."""
     graph = Graph(T16)
-    options = {"fullyConnectedPass": "TRAINING_BWD"}
+    options = {"fullyConnectedPass": "TRAINING_WU"}
     w = linear(graph, FLOAT, (30, 70), "w")                    # used as w^T: [70, 30]
     x = linear(graph, FLOAT, (5, 70), "x")
     prog = Sequence()

@@ -6,3 +6,4 @@ from gruc.runtime.codelets import reduce  # noqa: F401
 from gruc.runtime.codelets import dynamic  # noqa: F401
 from gruc.runtime.codelets import matmul  # noqa: F401
 from gruc.runtime.codelets import matmul_fused  # noqa: F401
+from gruc.runtime.codelets import transpose  # noqa: F401

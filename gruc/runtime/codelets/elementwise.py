@@ -34,7 +34,7 @@ from gruc.runtime.kernels import (KERNEL_HEADER, Unchanged, find_segments, load_
                                   numba_executable_hook, runs_by_address, streams)
 from gruc.runtime.lower import (DeviceMemory, Executable, ExecuteStep, LoweredVertex, Operand,
                                 aligned_array)
-from gruc.target import Target
+from gruc.target import RPT_COUNT_MAX, Target
 from gruc.types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, DType
 
 # ---- numpy ------------------------------------------------------------------------------------
@@ -603,7 +603,7 @@ class TileWork:
             return None
         width = 4 if (src.is_float and dst is BOOL) or (src is dst is HALF) else \
             2 if src is dst is FLOAT else 1
-        return pe.RPT_COUNT_MAX * width
+        return RPT_COUNT_MAX * width
 
     def _grain(self, dtype: DType) -> int:
         return max(self.target.vector_width(dtype), pe.ATOMIC_STORE_GRANULARITY)
@@ -690,10 +690,10 @@ class TileWork:
         a vertex, rows of at most ``rpt x vw``)."""
         width = self.target.vector_width(c.dtype)
         is_float = c.dtype is FLOAT
-        alone = self.supervised(pe.RPT_COUNT_MAX * width)
+        alone = self.supervised(RPT_COUNT_MAX * width)
         cycles = np.where(alone, pe.scaled_add_supervisor(self.elements, is_float, c.constant,
                                                           self.workers), 0)
-        split = self.split(alone, width, 2 * width, pe.RPT_COUNT_MAX * width)
+        split = self.split(alone, width, 2 * width, RPT_COUNT_MAX * width)
         rows = pe.scaled_add_2d_row(split.row_size, is_float, c.constant)
         return cycles + self.on_tiles(split, split.per_vertex(rows, pe.SCALED_ADD_2D_BASE))
 

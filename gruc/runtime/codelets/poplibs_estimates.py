@@ -39,10 +39,6 @@ pre-2019 sources have 47 and today's ``PerformanceEstimation.cpp`` 11.  The rese
 (``estimators.md`` §0) argues for 198 at 2021-03: a switch would have moved the GRU's figures by
 far more than the 2 % they moved over 2020-07..2021-03."""
 
-RPT_COUNT_MAX = 4095
-"""``Target::getRptCountMax()`` of Mk1 and Mk2 (a 12-bit ``rpt`` count): bounds the elements a
-popops vertex loops over in one region (``maxVertexElementsPerRegion``)."""
-
 ATOMIC_STORE_GRANULARITY = 4
 """``Target::getAtomicStoreGranularity()``, in bytes; poplibs compares it with a vector width in
 *elements* (``max(vectorWidth, atomicStoreGranularity)``) and so does gruc."""
