@@ -2,9 +2,9 @@
 (poplin ``fullyConnectedWeightTranspose``).
 
 A training layer's backward product reads the forward weights ``W [I, O]`` as ``Wᵀ [O, I]``.
-When the forward and the backward plans both make the weights their field operand (in poplin's
-words both *swap operands*; in gruc's both are :data:`~gruc.ir.codelets.matmul.FIELD_N`), poplin
-does not leave that to the product's exchange: before the product it runs one compute set in
+When the forward and the backward plans both make the weights their field operand, the
+convolution's activations (in gruc's terms both are :data:`~gruc.ir.codelets.matmul.FIELD_N`),
+poplin does not leave that to the product's exchange: before the product it runs one compute set in
 which every tile transposes the blocks of the weights it holds into a new tensor, block by block
 on the same tile, and the product then gathers the transposed blocks as it gathers any operand.
 ``matMul`` does this for a ``TRAINING_BWD`` product (``matMulImpl``) and
@@ -19,6 +19,12 @@ layer; otherwise it scores every pair (``blockScore``): a tile scores 5 if popop
 fast transposition there and 1 if not, and a pair scores its worst tile times the tiles it
 spreads over (ties to the larger sizes).  A size of 1 on either side, or a plan that keeps the
 weights as its weights operand, leaves the transposition to the product (``useCopyImpl``).
+
+Which plans those are poplin states in its own formulation of the day: in the 2021 sources a
+matMul's convolution takes A as its activations, so the weights become the field when a plan
+*swaps operands* (``!planSwapsOperands(fwdPlan) || !planSwapsOperands(bwdPlan)`` means copy); in
+SDK 1.x the fully connected passes took the weights as the activations, so the same plans were
+those that did *not* swap.  The condition on the weights is the same in both.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ def _block_score(source_tiles: np.ndarray, rows: int, cols: int, two_byte: bool)
 
 def transposes_weights(forward: MatMulPlan, backward: MatMulPlan) -> bool:
     """Whether a layer with these forward and backward plans may transpose its weights: both
-    make them their field operand (both swap operands, in poplin's words)."""
+    make them their field operand."""
     return forward.orientation == FIELD_N and backward.orientation == FIELD_N
 
 

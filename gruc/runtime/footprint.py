@@ -44,6 +44,7 @@ from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
 from gruc.ir.codelets.matmul import (FIELD_N, MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_REDUCE_ACC,
                                      block_tiles, blocking_of, method_of)
 from gruc.ir.codelets.reduce import REDUCE, REDUCE_UPDATE
+from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Repeat, RepeatWhileTrue
@@ -70,6 +71,9 @@ SPAN_BYTES = 8
 
 POINTER_BYTES = 4
 """One entry of an edge-pointer list (``ONE_PTR``)."""
+
+COUNT_BYTES = 2
+"""A vertex's 16-bit count field (``unsigned short``)."""
 
 CONTROL_INSTRUCTIONS = {"superstep": 2, "vertex": 2, "repeat": 3, "call": 2, "branch": 2}
 """Control code per program element, in instructions: every tile syncs and branches to its next
@@ -212,6 +216,26 @@ def _reduce_state(vertex: Vertex, tiles: np.ndarray, num_tiles: int
     return record, data
 
 
+def _transpose_state(graph: Graph, vertex: Vertex, num_tiles: int, workers: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The vertices popops' ``addTransposeVertices`` puts on each tile holding ``N`` blocks:
+    one fast ``Transpose`` / ``TransposeSupervisor`` (two block vectors and four 16-bit counts),
+    or a ``Transpose2d`` per worker share (a vector of source-block pointers, a pointer to the
+    destination pointers and two 16-bit sizes), whose lists hold a pointer per block each way."""
+    out = vertex.fields["out"]
+    cols, rows = out.shape[-2:]
+    blocks = np.bincount(graph.element_tiles(out), minlength=num_tiles) // max(rows * cols, 1)
+    record, data = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
+    for count in np.unique(blocks[blocks > 0]).tolist():
+        on = blocks == count
+        if can_use_fast_transpose(out.dtype.size == 2, rows, cols, count):
+            record[on] = 2 * SPAN_BYTES + 4 * COUNT_BYTES
+        else:
+            record[on] = min(count, workers) * (SPAN_BYTES + POINTER_BYTES + 2 * COUNT_BYTES)
+            data[on] = 2 * POINTER_BYTES * count
+    return record, data
+
+
 Codelet = tuple[VertexKind, str]
 """A codelet as a tile holds its code: the vertex kind, and which of the kind's codelets (a matrix
 product's conv method and input type, a map's expression; empty for a kind of one codelet)."""
@@ -272,6 +296,9 @@ class _Counter:
                     record, arrays = _matmul_state(vertex, self.num_tiles)
                 elif vertex.kind in (MATMUL_REDUCE, MATMUL_REDUCE_ACC):
                     record, arrays = _reduce_state(vertex, tiles, self.num_tiles)
+                elif vertex.kind is TRANSPOSE:
+                    record, arrays = _transpose_state(self.graph, vertex, self.num_tiles,
+                                                      self.target.num_worker_contexts)
                 else:
                     size, extra = _record_bytes(vertex)
                     record, arrays = self.zeros(), self.zeros()

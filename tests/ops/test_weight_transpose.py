@@ -7,13 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gruc import FLOAT, Engine, Graph, GrucValueError, Module, Sequence, Target
+from gruc import FLOAT, HALF, Engine, Graph, GrucValueError, Module, Sequence, Target
 from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.program import Execute
 from gruc.ops import mat_mul, plan_mat_mul, pre_arrange_mat_mul_input_rhs
-from gruc.ops.weight_transpose import common_divisors, transposed_block_tiles
+from gruc.ops.weight_transpose import (common_divisors, transpose_weights,
+                                       transposed_block_tiles)
 from gruc.runtime.codelets.transpose import (fast_worker_cycles, transpose_2d_cycles,
                                              transpose_tile_cycles)
 
@@ -155,3 +156,32 @@ def test_products_other_than_the_backward_pass_never_transpose():
     for fc_pass in ("NONE", "TRAINING_FWD", "TRAINING_WU"):
         mat_mul(graph, grads, weights.transpose(), prog, options={"fullyConnectedPass": fc_pass})
     assert not _transposes(prog)
+
+
+@pytest.mark.parametrize("dtype, shape, sizes, record, field_data", [
+    # float: 12 blocks of 2 x 4 on tile 0, six Transpose2d workers, each a 16-byte record
+    # (a vector span, a pointer and two 16-bit sizes); a pointer per block each way
+    (FLOAT, (1, 8, 12), (2, 4), 6 * 16, 12 * 8),
+    # half 4 x 4, four blocks: one fast Transpose, two block spans and four 16-bit counts
+    (HALF, (1, 8, 8), (4, 4), 2 * 8 + 4 * 2, 0),
+])
+def test_the_transpositions_vertex_state_is_popops(dtype, shape, sizes, record, field_data):
+    graph = Graph(Target.custom(tiles_per_ipu=2))
+    source = graph.add_variable(dtype, shape, "source")
+    graph.set_tile_mapping(source, 0)
+    prog = Sequence()
+    transposed = transpose_weights(graph, source, sizes, prog, "t")
+    graph.create_host_write("source", source)
+    graph.create_host_read("t", transposed)
+    engine = Engine(graph, prog, backend="numpy", pipeline="")
+    always = engine.footprint.always_live
+    assert always["vertexInstanceState"].tolist() == [record, 0]
+    assert always["vertexFieldData"].tolist() == [field_data, 0]
+    rows, cols = sizes
+    blocks = shape[1] * shape[2] // (rows * cols)
+    assert engine.costs[0].compute_by_tile.tolist() == [
+        transpose_tile_cycles(dtype is HALF, rows, cols, blocks, 6), 0]
+    value = np.arange(np.prod(shape)).reshape(shape).astype(np.float32)
+    engine.write_tensor("source", value)
+    engine.run()
+    np.testing.assert_array_equal(engine.read_tensor("t"), value)
