@@ -20,11 +20,12 @@ fast transposition there and 1 if not, and a pair scores its worst tile times th
 spreads over (ties to the larger sizes).  A size of 1 on either side, or a plan that keeps the
 weights as its weights operand, leaves the transposition to the product (``useCopyImpl``).
 
-Which plans those are poplin states in its own formulation of the day: in the 2021 sources a
-matMul's convolution takes A as its activations, so the weights become the field when a plan
-*swaps operands* (``!planSwapsOperands(fwdPlan) || !planSwapsOperands(bwdPlan)`` means copy); in
-SDK 1.x the fully connected passes took the weights as the activations, so the same plans were
-those that did *not* swap.  The condition on the weights is the same in both.
+Which plans those are poplin states in its own formulation of the day: SDK 1.x set a fully
+connected pass up with the weights as the convolution's activations, so they stay the field in
+plans that do *not* swap operands (``planSwapsOperands(fwdPlan) || planSwapsOperands(bwdPlan)``
+means copy); from SDK 2.0 a matMul's convolution takes A as its activations, so the weights are
+the field in plans that *do* swap (``!planSwapsOperands(...)`` means copy).  The condition on the
+weights is the same in both, and gruc's orientations name it directly.
 """
 
 from __future__ import annotations
@@ -124,3 +125,20 @@ def transpose_weights(graph: Graph, b: Tensor, sizes: tuple[int, int], prog: Seq
                                      "in": _blocks(b, rows, cols)})
     prog.add(Execute(cs))
     return transposed
+
+
+def transpositions(graph: Graph, programs: list[Seq]) -> list[tuple[str, int, int, int]]:
+    """What a built program transposes: per ``Transpose`` vertex, its compute set's name, the
+    source blocks' rows and columns, and the tiles that transpose them."""
+    found = []
+    for prog in programs:
+        for node in prog.walk():
+            if isinstance(node, Execute):
+                for vertex in node.compute_set.vertices:
+                    if vertex.kind is TRANSPOSE:
+                        out = vertex.fields["out"]
+                        cols, rows = out.shape[-2:]
+                        tiles = len(np.unique(graph.element_tiles(out)))
+                        found.append((node.compute_set.name, rows, cols, tiles))
+    return found
+

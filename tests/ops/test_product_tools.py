@@ -101,6 +101,17 @@ def test_fc_compile_only_prints_each_plan_and_the_memory_categories(capsys):
                  "internalExchangeCode", "message", "cycles", "FLOPs"]:
         assert word in out, word
     assert "PASSED" not in out
+    assert "transpose" not in out          # the backward plan keeps the weights as its weights
+
+
+def test_fc_prints_the_backward_weights_transposition(capsys):
+    """The issue's layer: both plans make the weights their field, so poplin transposes them
+    in blocks of gcd(16, 100) = 4 by gcd(16, 1324) = 4 before the backward product."""
+    argv = ["fc", "--batch-size", "16", "--input-size", "1324", "--output-size", "100",
+            "--compile-only"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "transpose         weights_bwd.transpose: 4 x 4 blocks on " in out
 
 
 def test_gemm_runs_and_checks(capsys):
