@@ -16,9 +16,13 @@ divisor of the forward plan's input channels per group, so a block row is contig
 forward weights' layout) and ``R`` along the backward product's input channels (a divisor of the
 backward plan's).  poplin's ``getGroupSizes`` takes the largest sizes for a jointly planned
 layer; otherwise it scores every pair (``blockScore``): a tile scores 5 if popops can use its
-fast transposition there and 1 if not, and a pair scores its worst tile times the tiles it
-spreads over (ties to the larger sizes).  A size of 1 on either side, or a plan that keeps the
-weights as its weights operand, leaves the transposition to the product (``useCopyImpl``).
+fast transposition there and 1 if not, a third of that when the tile's first destination block
+is not contiguous (a copy must gather it), and a pair scores its worst tile times the tiles it
+spreads over (ties to the larger sizes).  The destination is laid out as the backward plan's
+``createWeights`` lays out a field operand, its input channels in groups innermost (``[K /
+group][N][group]``), so a block is contiguous when ``R`` is a whole group.  A size of 1
+on either side, or a plan that keeps the weights as its weights operand, leaves the
+transposition to the product (``useCopyImpl``).
 
 Which plans those are poplin states in its own formulation of the day: SDK 1.x set a fully
 connected pass up with the weights as the convolution's activations, so they stay the field in
@@ -48,6 +52,10 @@ FAST_TILE_SCORE = 5.0
 SLOW_TILE_SCORE = 1.0
 """``blockScore``: a tile that needs the general ``Transpose2d``."""
 
+GATHER_PENALTY = 3.0
+"""``blockScore`` divides a tile's score by this when its first destination block is not
+contiguous (``/ 3``: the copy that would gather it)."""
+
 
 def common_divisors(group: int, channels: int) -> list[int]:
     """poplin's ``commonDivisors``: ``gcd(group, channels)``, then every divisor of it from about
@@ -61,13 +69,15 @@ def _first_tiles(source_tiles: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return source_tiles[:, ::rows, ::cols]
 
 
-def _block_score(source_tiles: np.ndarray, rows: int, cols: int, two_byte: bool) -> float:
-    """poplin's ``blockScore`` of ``rows x cols`` blocks (without its contiguity term, see
-    ``docs/matmul-planner.md``)."""
+def _block_score(source_tiles: np.ndarray, rows: int, cols: int, two_byte: bool,
+                 group: int) -> float:
+    """poplin's ``blockScore`` of ``rows x cols`` blocks, the destination's input channels in
+    groups of ``group`` (every destination block is alike, contiguous when ``rows`` is a whole
+    group)."""
     tiles, counts = np.unique(_first_tiles(source_tiles, rows, cols), return_counts=True)
     worst = min(FAST_TILE_SCORE if can_use_fast_transpose(two_byte, rows, cols, int(n))
                 else SLOW_TILE_SCORE for n in np.unique(counts).tolist())
-    return worst * len(tiles)
+    return worst * len(tiles) / (1.0 if rows == group else GATHER_PENALTY)
 
 
 def transposes_weights(forward: MatMulPlan, backward: MatMulPlan) -> bool:
@@ -83,7 +93,8 @@ def transpose_block_sizes(forward: MatMulPlan, backward: MatMulPlan, source_tile
     transposition to the product.  ``source_tiles`` is ``[G, K, N]``: the tile of every element
     of B; the plans are ones that :func:`transposes_weights`."""
     _, _, K, N = backward.shape
-    row_sizes = common_divisors(backward.method.in_chans_per_group, K)
+    group = backward.method.in_chans_per_group
+    row_sizes = common_divisors(group, K)
     col_sizes = common_divisors(forward.method.in_chans_per_group, N)
     if forward.joint and backward.joint:
         rows, cols = row_sizes[0], col_sizes[0]
@@ -91,7 +102,7 @@ def transpose_block_sizes(forward: MatMulPlan, backward: MatMulPlan, source_tile
         best, rows, cols = -1.0, 1, 1
         for c in col_sizes:
             for r in row_sizes:
-                score = _block_score(source_tiles, r, c, two_byte)
+                score = _block_score(source_tiles, r, c, two_byte, group)
                 if score > best:
                     best, rows, cols = score, r, c
     return None if rows == 1 or cols == 1 else (rows, cols)

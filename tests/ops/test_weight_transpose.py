@@ -4,6 +4,8 @@ popops' transposition codelets, worked by hand from their estimators."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -13,8 +15,8 @@ from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
 from gruc.ir.program import Execute
 from gruc.ops import mat_mul, plan_mat_mul, pre_arrange_mat_mul_input_rhs
-from gruc.ops.weight_transpose import (common_divisors, transpose_weights,
-                                       transposed_block_tiles)
+from gruc.ops.weight_transpose import (common_divisors, transpose_block_sizes,
+                                       transpose_weights, transposed_block_tiles)
 from gruc.runtime.codelets.transpose import (fast_worker_cycles, transpose_2d_cycles,
                                              transpose_tile_cycles)
 
@@ -185,3 +187,21 @@ def test_the_transpositions_vertex_state_is_popops(dtype, shape, sizes, record, 
     engine.write_tensor("source", value)
     engine.run()
     np.testing.assert_array_equal(engine.read_tensor("t"), value)
+
+
+def test_block_sizes_follow_poplins_block_score():
+    """Not jointly planned: every pair scored.  A 16 x 16 source in four 8 x 8 quarters on four
+    tiles, both plans in groups of 16, half data (every pair fast).  (16, 16) is one block on
+    one tile: 5.  (16, 8): two blocks on tiles 0 and 1: 10.  (8, 8) spreads over all four tiles
+    but its rows are half a group, so its destination blocks are not contiguous: 4 x 5 / 3.
+    So (16, 8), which also wins the tie with (16, 4) by coming first."""
+    k, n = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    source = ((k // 8) * 2 + n // 8).reshape(1, 16, 16)
+    group16 = SimpleNamespace(in_chans_per_group=16)
+    forward = SimpleNamespace(method=group16, joint=False)
+    backward = SimpleNamespace(method=group16, joint=False, shape=(1, 4, 16, 16))
+    assert transpose_block_sizes(forward, backward, source, two_byte=True) == (16, 8)
+    # a joint plan takes the largest sizes without scoring
+    joint = SimpleNamespace(method=group16, joint=True, shape=(1, 4, 16, 16))
+    assert transpose_block_sizes(SimpleNamespace(method=group16, joint=True), joint, source,
+                                 two_byte=True) == (16, 16)
