@@ -14,7 +14,7 @@ from typing import Any
 
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
-from gruc.plan.layer import PLAN_IGNORED, layer_step_counts
+from gruc.plan.layer import PLAN_IGNORED, compile_layer, layer_step_counts
 from gruc.tools.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
 from gruc.runtime.engine import Engine
@@ -223,30 +223,30 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         layer = build_layer(config)
         built = time.perf_counter() - start
-        if args.compile_only:
+        if args.compile_only:  # compiled and counted, not lowered: no kernel is prepared
             status.show("compiling ...")
-            engine = compiled_only(config, layer, strict_memory=args.strict_memory)
-            compile_seconds, run_seconds, passed = engine.compile_seconds, None, None
+            _, report = compile_layer(config, layer, strict_memory=args.strict_memory)
+            compile_seconds, run_seconds, passed = report.compile_seconds, None, None
         else:
             status.show("compiling and running on the simulated IPU ...")
             result = run_layer(config, layer, strict_memory=args.strict_memory)
-            engine, compile_seconds = result.engine, result.compile_seconds
+            report, compile_seconds = result.engine.report, result.compile_seconds
             run_seconds = result.run_seconds
             passed = result.passed if result.checked else None
     if not args.compile_only:
         _print_failures(result)
     print(f"shards            {layer.num_shards}")
-    engine.report.print_summary()
+    report.print_summary()
     print(f"FLOPs             {layer.flops()}")
     print(f"build / compile   {built:.3f} s / {compile_seconds:.3f} s"
           + ("" if run_seconds is None else f"; run {run_seconds:.3f} s")
           + (f" (products: {library_name()})" if config.backend == "numba" else ""))
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
-        engine.report.to_json(os.path.join(args.profile, "report.json"))
-        engine.report.to_html(os.path.join(args.profile, "report.html"), layer_title(config))
+        report.to_json(os.path.join(args.profile, "report.json"))
+        report.to_html(os.path.join(args.profile, "report.html"), layer_title(config))
         if not args.compile_only:  # no run, no trace
-            engine.write_trace(os.path.join(args.profile, "trace.json"))
+            result.engine.write_trace(os.path.join(args.profile, "trace.json"))
         print(f"profile           {args.profile}/report.json, report.html"
               + ("" if args.compile_only else ", trace.json"))
     if not args.compile_only and passed is None:

@@ -36,7 +36,7 @@ from gruc.plan.planned import effective_pipeline
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn import gru
 from gruc.rnn_geometry import shard_time_bounds
-from gruc.runtime.engine import compile_program
+from gruc.runtime.engine import CompiledProgram, compile_program
 from gruc.runtime.report import Cycles, Report
 from gruc.text import plural
 from gruc.tools.gru_layer import GruLayer, GruLayerConfig, build_layer, host_data
@@ -164,6 +164,18 @@ class LayerPlan:
                 f"{c.data_type} {c.phase}, {plural(self.layer.num_shards, 'shard')}")
 
 
+def compile_layer(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None,
+                  strict_memory: bool = False) -> tuple[CompiledProgram, Report]:
+    """A built layer compiled (not lowered: no kernel is prepared) and reported as one run would
+    count its steps (``pipeline``: as :class:`~gruc.runtime.engine.Engine`'s; None runs the
+    engine's default; ``strict_memory``: refuse a layer that does not fit)."""
+    start = time.perf_counter()
+    compiled = compile_program(layer.graph, layer.programs, pipeline=effective_pipeline(pipeline),
+                               strict_memory=strict_memory, memory_model=config.memory_model)
+    counts = layer_step_counts(config, layer, compiled.plan.liveness)
+    return compiled, plan_report(compiled, counts, time.perf_counter() - start)
+
+
 def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan:
     """Build and compile the layer of ``config`` and report it as one run would, without running
     (``pipeline``: as :class:`~gruc.runtime.engine.Engine`'s; None runs the engine's default)."""
@@ -171,10 +183,7 @@ def plan_layer(config: GruLayerConfig, pipeline: str | None = None) -> LayerPlan
     start = time.perf_counter()
     layer = build_layer(config)
     built = time.perf_counter()
-    compiled = compile_program(layer.graph, layer.programs, pipeline=pipeline,
-                               memory_model=config.memory_model)
-    counts = layer_step_counts(config, layer, compiled.plan.liveness)
-    report = plan_report(compiled, counts, time.perf_counter() - built)
+    compiled, report = compile_layer(config, layer, pipeline)
     shards = layer.num_shards
     if any(isinstance(step, Shard) for step in parse_pipeline(pipeline)):
         shards = shard_count(compiled.module) or shards
