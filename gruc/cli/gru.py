@@ -14,10 +14,10 @@ from typing import Any
 
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
-from gruc.plan.layer import PLAN_IGNORED, compile_layer, layer_step_counts
+from gruc.plan.layer import PLAN_IGNORED, compile_layer
 from gruc.tools.gru_layer import GruLayer, GruLayerConfig, LayerRun, build_layer, run_layer
 from gruc.runtime.blas import library_name
-from gruc.runtime.engine import Engine
+from gruc.runtime.report import Report
 from gruc.runtime.page import require_plotly
 from gruc.status import StatusLine
 from gruc.text import first_paragraph
@@ -176,13 +176,11 @@ def add_strict_memory_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def compiled_only(config: GruLayerConfig, layer: GruLayer, pipeline: str | None = None,
-                  strict_memory: bool = False) -> Engine:
-    """The layer compiled but not run, its report counting the run it would make (the same
-    cycles and exchange as ``gruc plan``), for ``--compile-only``."""
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
-                    memory_model=config.memory_model, strict_memory=strict_memory)
-    engine.count_run(layer_step_counts(config, layer, engine.plan.liveness))
-    return engine
+                  strict_memory: bool = False) -> Report:
+    """The report of the layer compiled but not lowered or run (no kernel is prepared), counting
+    the run it would make (the same cycles and exchange as ``gruc plan``), for
+    ``--compile-only``."""
+    return compile_layer(config, layer, pipeline, strict_memory)[1]
 
 
 def layer_title(config: GruLayerConfig) -> str:
@@ -223,9 +221,9 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         layer = build_layer(config)
         built = time.perf_counter() - start
-        if args.compile_only:  # compiled and counted, not lowered: no kernel is prepared
+        if args.compile_only:
             status.show("compiling ...")
-            _, report = compile_layer(config, layer, strict_memory=args.strict_memory)
+            report = compiled_only(config, layer, strict_memory=args.strict_memory)
             compile_seconds, run_seconds, passed = report.compile_seconds, None, None
         else:
             status.show("compiling and running on the simulated IPU ...")

@@ -13,8 +13,8 @@ from gruc.cli.gru import _bool, add_strict_memory_flag
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
 from gruc.ops.weight_transpose import transpositions
-from gruc.plan.static import StaticProgram, plan_program
-from gruc.runtime.engine import Engine, compile_program
+from gruc.plan.static import plan_program
+from gruc.runtime.engine import Engine
 from gruc.runtime.report import Report
 from gruc.status import StatusLine
 from gruc.tools.products import ProductLayer, ProductToolConfig, run_product_layer
@@ -105,15 +105,12 @@ def config_from(args: argparse.Namespace, flags: list, model: type) -> ProductTo
 
 
 def compiled_only(config: ProductToolConfig, layer: ProductLayer, pipeline: str | None = None,
-                  strict_memory: bool = False) -> Engine:
-    """The layer compiled but not run, its report counting the tool's runs (each of its
-    programs once, in order: the same cycles and exchange as ``gruc plan``), for a
-    ``--compile-only`` report page."""
-    engine = Engine(layer.graph, layer.programs, backend=config.backend, pipeline=pipeline,
-                    memory_model=config.memory_model, strict_memory=strict_memory)
-    static = StaticProgram(engine.plan.liveness)
-    engine.count_run(static.step_counts(layer.runs))
-    return engine
+                  strict_memory: bool = False) -> Report:
+    """The report of the layer compiled but not lowered or run, counting the tool's runs (each
+    of its programs once, in order: the same cycles and exchange as ``gruc plan``), for
+    ``--compile-only``."""
+    return plan_program(layer.graph, layer.programs, runs=layer.runs, pipeline=pipeline,
+                        memory_model=config.memory_model, strict_memory=strict_memory)
 
 
 def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
@@ -128,11 +125,7 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
         built = time.perf_counter() - start
         if args.compile_only:
             status.show("compiling ...")
-            if args.strict_memory:  # a layer that does not fit: its report, then exit 3
-                compile_program(layer.graph, layer.programs, costs=False, strict_memory=True,
-                                memory_model=config.memory_model)
-            report = plan_program(layer.graph, layer.programs, runs=layer.runs,
-                                  memory_model=config.memory_model)
+            report = compiled_only(config, layer, strict_memory=args.strict_memory)
             result = None
         else:
             status.show("compiling and running on the simulated IPU ...")

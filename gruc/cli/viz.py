@@ -30,6 +30,7 @@ from gruc.ir.program import fewest_executions
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.compare import compare_html, load_report
 from gruc.runtime.page import require_plotly
+from gruc.runtime.report import Report
 from gruc.runtime.viz import dataflow_dot
 from gruc.status import StatusLine
 from gruc.text import first_paragraph
@@ -75,9 +76,9 @@ def _add_viz_flags(parser: argparse.ArgumentParser, shown: ShownLayer) -> None:
     parser.set_defaults(run=run)
 
 
-def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, bool]:
-    """The report's title, the compiled (and unless ``--compile-only``, run) engine, and whether
-    the layer's check passed (True when nothing was checked)."""
+def _report(args: argparse.Namespace, status: StatusLine) -> tuple[str, Report, bool]:
+    """The report's title, the report of the compiled (and unless ``--compile-only``, run)
+    program, and whether the layer's check passed (True when nothing was checked)."""
     shown: ShownLayer = args.shown
     config = shown.config_from(args)
     if args.input is None:
@@ -89,7 +90,7 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
             return title, shown.compiled(config, layer, args.pipeline, args.strict_memory), True
         status.show("compiling and running on the simulated IPU ...")
         result = shown.run(config, layer, args.pipeline, args.strict_memory)
-        return title, result.engine, result.passed
+        return title, result.engine.report, result.passed
     status.show(f"reading {args.input} ...")
     module = read_module(args.input)
     if module.programs and not args.compile_only:
@@ -105,7 +106,7 @@ def _engine(args: argparse.Namespace, status: StatusLine) -> tuple[str, Engine, 
     if module.programs and not args.compile_only:
         status.show("running on the simulated IPU ...")
         engine.run(0)
-    return module_title(args.input), engine, True
+    return module_title(args.input), engine.report, True
 
 
 def module_title(path: str) -> str:
@@ -136,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
         write_output(dataflow_dot(compiled.module), output)
         return 0
     with StatusLine() as status:
-        title, engine, passed = _engine(args, status)
+        title, report, passed = _report(args, status)
         status.show("drawing the report ...")
-        page = engine.report.to_html(title=title)
+        page = report.to_html(title=title)
     write_output(page, output)
     # with the page on stdout, the summary goes to stderr so the HTML stays clean
     out = sys.stderr if output == STDIO else sys.stdout

@@ -175,13 +175,16 @@ def plan_report(compiled: CompiledProgram, counts: np.ndarray, seconds: float) -
 def plan_program(graph: Graph, programs: Seq[Program] | Program, *, runs: Seq[int] = (0,),
                  trips: Mapping[int, int] | None = None,
                  branches: Mapping[int, bool] | None = None,
-                 pipeline: str | None = None, memory_model: str = "poplar") -> Report:
+                 pipeline: str | None = None, memory_model: str = "poplar",
+                 strict_memory: bool = False) -> Report:
     """Compile ``programs`` without lowering or running and report them as if the entry programs
     ``runs`` had run: memory, exchange and cycles equal an :class:`~gruc.runtime.engine.Engine`'s
-    report after the same runs (``trips`` / ``branches``: see :meth:`StaticProgram.step_counts`).
+    report after the same runs (``trips`` / ``branches``: see :meth:`StaticProgram.step_counts`;
+    ``strict_memory``: refuse programs that do not fit).
     """
     start = time.perf_counter()
-    compiled = compile_program(graph, programs, pipeline=pipeline, memory_model=memory_model)
+    compiled = compile_program(graph, programs, pipeline=pipeline, memory_model=memory_model,
+                               strict_memory=strict_memory)
     static = StaticProgram(compiled.plan.liveness)
     counts = static.step_counts(runs, trips=trips, branches=branches)
     return plan_report(compiled, counts, time.perf_counter() - start)
