@@ -44,7 +44,7 @@ from gruc.ir.codelets.elementwise import MAP, MAP_IN_PLACE
 from gruc.ir.codelets.matmul import (FIELD_N, MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_REDUCE_ACC,
                                      block_tiles, blocking_of, method_of)
 from gruc.ir.codelets.reduce import REDUCE, REDUCE_UPDATE
-from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose
+from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose, tile_blocks
 from gruc.ir.graph import Graph, Vertex
 from gruc.ir.module import Module
 from gruc.ir.program import Call, Copy, Execute, If, Repeat, RepeatWhileTrue
@@ -223,8 +223,8 @@ def _transpose_state(graph: Graph, vertex: Vertex, num_tiles: int, workers: int
     or a ``Transpose2d`` per worker share (a vector of source-block pointers, a pointer to the
     destination pointers and two 16-bit sizes), whose lists hold a pointer per block each way."""
     out = vertex.fields["out"]
-    cols, rows = out.shape[-2:]
-    blocks = np.bincount(graph.element_tiles(out), minlength=num_tiles) // max(rows * cols, 1)
+    rows, cols, blocks = tile_blocks(vertex, np.bincount(graph.element_tiles(out),
+                                                         minlength=num_tiles))
     record, data = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
     for count in np.unique(blocks[blocks > 0]).tolist():
         on = blocks == count

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from gruc.errors import GrucShapeError, GrucTypeError
 from gruc.ir.vertices import Input, Output, VertexKind, register
 from gruc.target import RPT_COUNT_MAX, STRIDE_LIMIT
@@ -40,6 +42,13 @@ def can_use_fast_transpose(two_byte: bool, rows: int, cols: int, blocks: int) ->
     side = rows if cols == 4 else cols
     return not ((side >= 8 and side // 4 - 2 > RPT_COUNT_MAX)
                 or side // 4 * 3 - 1 > STRIDE_LIMIT)
+
+
+def tile_blocks(vertex: "Vertex", elements: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """``(R, C, N)``: the source blocks' rows and columns, and each tile's block count, given
+    how many elements of ``out`` each tile holds."""
+    cols, rows = vertex.fields["out"].shape[-2:]
+    return rows, cols, elements // max(rows * cols, 1)
 
 
 def _check_transpose(vertex: "Vertex") -> None:

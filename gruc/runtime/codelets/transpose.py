@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose
+from gruc.ir.codelets.transpose import TRANSPOSE, can_use_fast_transpose, tile_blocks
 from gruc.ir.graph import Vertex
 from gruc.runtime.cost import cycle_estimator
 from gruc.runtime.interp import Prepared, numpy_vertex
@@ -105,10 +105,8 @@ def transpose_tile_cycles(two_byte: bool, rows: int, cols: int, blocks: int,
 @cycle_estimator(TRANSPOSE)
 def _transpose_cycles(vertex: Vertex, elements: np.ndarray, target: Target) -> np.ndarray:
     """Per tile, the cycles of transposing the blocks of ``out`` it holds."""
-    out = vertex.fields["out"]
-    cols, rows = out.shape[-2:]
-    two_byte = out.dtype.size == 2
-    blocks = elements // max(rows * cols, 1)
+    rows, cols, blocks = tile_blocks(vertex, elements)
+    two_byte = vertex.fields["out"].dtype.size == 2
     cycles = np.zeros(target.num_tiles, dtype=np.int64)
     for count in np.unique(blocks[blocks > 0]).tolist():
         cycles[blocks == count] = transpose_tile_cycles(two_byte, rows, cols, int(count),
