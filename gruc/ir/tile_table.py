@@ -206,6 +206,11 @@ class TileTable:
                 self._bounds = (firsts, firsts + [self._repeats[f][0] for f in firsts.tolist()],
                                 np.array([self._repeats[f][1] for f in firsts.tolist()], np.int64))
             firsts, ends, rows = self._bounds
+            low, high = int(ids.min()), int(ids.max())
+            if not np.any((firsts + rows <= high) & (ends > low)):
+                # no id past a region's first row (a weight's or a step's ids): the search of
+                # every id against the regions, most of a big gather's time, finds nothing
+                return tiles.reshape(shape)
             region = np.maximum(np.searchsorted(firsts, ids, side="right") - 1, 0)
             inside = (ids >= firsts[region]) & (ids < ends[region])
             if inside.any():

@@ -345,15 +345,18 @@ def _check_pre_arranged(what: str, graph: Graph, b: Tensor, plan: MatMulPlan) ->
 
 
 def _arranged(graph: Graph, operand: Tensor, plan: MatMulPlan, geometry: Blocking, letters: str,
-              prog: Seq, label: str) -> Tensor:
-    """``operand`` as the partial products read it: itself, or, when it is broadcast to more than
-    :data:`~gruc.ops.matmul_plan.BROADCAST_REARRANGE` tiles and not laid out as the plan wants, a
-    copy in that layout (poplin's rearrangement before the exchange)."""
+              prog: Seq, label: str, always: bool) -> Tensor:
+    """``operand`` as the partial products read it: itself, or a copy in the plan's layout
+    (poplin's rearrangement before the exchange) when it is broadcast to more than
+    :data:`~gruc.ops.matmul_plan.BROADCAST_REARRANGE` tiles and not laid out so, or ``always``:
+    a weight-update product rearranges both operands whatever their layout (poplin's
+    ``inputRearrangementIsExpensive`` / ``weightRearrangementIsExpensive``: the pass changes
+    which dimension is innermost), each copied into a variable of its own."""
     users = geometry.n.count if letters == "gmk" else geometry.m.count
-    if users <= BROADCAST_REARRANGE:
+    if users <= BROADCAST_REARRANGE and not always:
         return operand
     want = spread_tiles(geometry, letters, plan.orientation, plan.tile_order).reshape(-1)
-    if np.array_equal(graph.element_tiles(operand), want):
+    if not always and np.array_equal(graph.element_tiles(operand), want):
         return operand
     arranged = graph.add_variable(operand.dtype, operand.shape, f"{label}.{letters[1:]}_arranged")
     _set_tiles(graph, arranged, want)
@@ -414,17 +417,17 @@ def _reduce(graph: Graph, partials: Tensor, out: Tensor, geometry: Blocking, gri
 
 
 def _emit(graph: Graph, plan: MatMulPlan, a: Tensor, b: Tensor, out: Tensor, prog: Seq,
-          name: str) -> None:
-    """The rearrangements, partial products and reductions of every serial slice (operands all
-    grouped)."""
+          name: str, rearrange: bool) -> None:
+    """The rearrangements (of both operands if ``rearrange``), partial products and reductions
+    of every serial slice (operands all grouped)."""
     for s, (begin, end) in enumerate(plan.slices()):
         label = name if plan.serial == 1 else f"{name}.{s}"
         geometry = plan.blocking(end - begin)
         grid = block_tile_grid(geometry, plan.orientation, plan.tile_order)
         b_part, out_part = (b, out) if plan.serial == 1 else (b.slice(begin, end, 2),
                                                               out.slice(begin, end, 2))
-        a_used = _arranged(graph, a, plan, geometry, "gmk", prog, label)
-        b_used = _arranged(graph, b_part, plan, geometry, "gkn", prog, label)
+        a_used = _arranged(graph, a, plan, geometry, "gmk", prog, label, rearrange)
+        b_used = _arranged(graph, b_part, plan, geometry, "gkn", prog, label, rearrange)
         if plan.direct:
             partials = out_part.expand([1])
         else:
@@ -454,7 +457,8 @@ def mat_mul(graph: Graph, a: Tensor, b: Tensor, prog: Seq, *, out_type: DType | 
     dtype = a.dtype if out_type is None else dtype_of(out_type)
     out = graph.add_variable(dtype, (G, M, N) if a.rank == 3 else (M, N), name or "matmul")
     _map_operand(graph, out, plan, "gmn")
-    _emit(graph, plan, _grouped(a), _grouped(b), _grouped(out), prog, name or "matmul")
+    _emit(graph, plan, _grouped(a), _grouped(b), _grouped(out), prog, name or "matmul",
+          opts.fully_connected_pass is FullyConnectedPass.TRAINING_WU)
     return out
 
 

@@ -217,6 +217,27 @@ def test_create_rhs_spreads_each_block_over_its_users():
     assert partials_step.exchange_bytes == expected
 
 
+@pytest.mark.parametrize("fc_pass, copies", [("TRAINING_WU", 2), ("TRAINING_FWD", 0)])
+def test_a_weight_update_product_copies_both_operands_into_its_layout(fc_pass, copies, rng):
+    """poplin's weight-update pass copies A and B into the plan's layout whatever theirs
+    (``inputRearrangementIsExpensive`` / ``weightRearrangementIsExpensive``): two copies
+    before the partial products, the product's numbers unchanged; another pass copies an
+    operand already laid out as planned (and broadcast to few tiles) never."""
+    graph = Graph(T16)
+    options = {"fullyConnectedPass": fc_pass}
+    a = create_mat_mul_input_lhs(graph, FLOAT, (8, 64), (64, 48), "a", options)
+    b = create_mat_mul_input_rhs(graph, FLOAT, (8, 64), (64, 48), "b", options)
+    prog = Sequence()
+    c = mat_mul(graph, a, b, prog, options=options)
+    steps = prog.programs
+    assert [type(step).__name__ for step in steps[:copies + 1]] == ["Copy"] * copies + ["Execute"]
+    for step in steps[:copies]:   # into fresh variables laid out as the operand already was
+        assert np.array_equal(graph.element_tiles(step.src), graph.element_tiles(step.dst))
+    av, bv = values(rng, (8, 64)), values(rng, (64, 48))
+    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, "numpy")
+    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pre_arranged_rhs(backend, rng):
     """A B that no backward pass transposes is copied into the product's layout (the backward
