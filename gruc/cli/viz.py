@@ -27,6 +27,7 @@ from gruc.cli.opt import STDIO, output_file, read_module, write_output
 from gruc.errors import GrucValueError
 from gruc.ir.module import Module
 from gruc.ir.program import fewest_executions
+from gruc.plan.static import plan_program
 from gruc.runtime.engine import Engine, compile_program
 from gruc.runtime.compare import compare_html, load_report
 from gruc.runtime.page import require_plotly
@@ -101,9 +102,13 @@ def _report(args: argparse.Namespace, status: StatusLine) -> tuple[str, Report, 
                                  f"finish ({MOST_STEPS_RUN:,}); --compile-only reports on it "
                                  "without running")
     status.show("compiling ...")
+    if args.compile_only:  # compiled statically, as a layer's plan is: no kernels prepared
+        return module_title(args.input), plan_program(
+            module.graph, module.programs, runs=(), pipeline=args.pipeline,
+            strict_memory=args.strict_memory), True
     engine = Engine(module.graph, module.programs, backend=config.backend, pipeline=args.pipeline,
                     strict_memory=args.strict_memory)
-    if module.programs and not args.compile_only:
+    if module.programs:
         status.show("running on the simulated IPU ...")
         engine.run(0)
     return module_title(args.input), engine.report, True
