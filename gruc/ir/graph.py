@@ -443,9 +443,9 @@ class Graph:
     def detect_innermost_grouping(self, tensor: Tensor) -> int:
         """poplibs' ``detectInnermostGrouping``: how many innermost elements stay together.
 
-        Looks at the first innermost row: the length of its leading contiguous run, and the
-        longest run of it on one tile; the grouping is their gcd, or 1 if that does not divide
-        the row.
+        Looks at the first innermost row: the length of its leading contiguous run (consecutive
+        ids of one variable: Poplar's ``isContiguous``), and the longest run of it on one tile;
+        the grouping is their gcd, or 1 if that does not divide the row.
         """
         tensor = self._own(tensor)
         expect(tensor.rank > 0, GrucValueError, "cannot detect the grouping of a rank-0 tensor")
@@ -456,7 +456,9 @@ class Graph:
             row = row[0]
         ids = row.flat_ids()
         begins, ends = consecutive_runs(ids)
-        contiguous_prefix = int(ends[0] - begins[0])
+        owner = self.variables[int(self.variable_of_id(ids[:1])[0])]
+        contiguous_prefix = min(int(ends[0] - begins[0]),
+                                owner.first_id + owner.num_elements - int(ids[0]))
         mapping = TileMapping.from_element_tiles(self._table.gather(ids))
         longest_on_tile = int(np.max(mapping.ends - mapping.begins))
         grouping = math.gcd(longest_on_tile, contiguous_prefix)

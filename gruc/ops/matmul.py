@@ -57,6 +57,7 @@ from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
 from gruc.ops.elementwise import finite_scale, scaled_add_to
 from gruc.ops.matmul_plan import BROADCAST_REARRANGE, MatMulPlan, block_tile_grid, plan_product
+from gruc.ops.regroup import regroup_for_plan
 from gruc.ops.weight_transpose import (common_divisors, transpose_block_sizes,
                                        transpose_weights, transposed_block_tiles,
                                        transposes_weights)
@@ -355,6 +356,11 @@ def _arranged(graph: Graph, operand: Tensor, plan: MatMulPlan, geometry: Blockin
     users = geometry.n.count if letters == "gmk" else geometry.m.count
     if users <= BROADCAST_REARRANGE and not always:
         return operand
+    if always:  # channels innermost first, where poplin regroups (gruc.ops.regroup)
+        channels_last = operand if letters == "gmk" else operand.dim_shuffle((0, 2, 1))
+        regrouped = regroup_for_plan(graph, channels_last, plan.method.in_chans_per_group, prog,
+                                     f"{label}.{letters[1:]}")
+        operand = regrouped if letters == "gmk" else regrouped.dim_shuffle((0, 2, 1))
     want = spread_tiles(geometry, letters, plan.orientation, plan.tile_order).reshape(-1)
     if not always and np.array_equal(graph.element_tiles(operand), want):
         return operand

@@ -222,20 +222,25 @@ def test_a_weight_update_product_copies_both_operands_into_its_layout(fc_pass, c
     """poplin's weight-update pass copies A and B into the plan's layout whatever theirs
     (``inputRearrangementIsExpensive`` / ``weightRearrangementIsExpensive``): two copies
     before the partial products, the product's numbers unchanged; another pass copies an
-    operand already laid out as planned (and broadcast to few tiles) never."""
+    operand already laid out as planned (and broadcast to few tiles) never.  Both operands have
+    their input channels innermost here, so neither is regrouped first
+    (tests/ops/test_regroup.py)."""
     graph = Graph(T16)
     options = {"fullyConnectedPass": fc_pass}
     a = create_mat_mul_input_lhs(graph, FLOAT, (8, 64), (64, 48), "a", options)
-    b = create_mat_mul_input_rhs(graph, FLOAT, (8, 64), (64, 48), "b", options)
+    b_stored = graph.add_variable(FLOAT, (48, 64), "b")          # [N, K]: K innermost
+    graph.set_tile_mapping(b_stored, graph.get_tile_mapping(
+        create_mat_mul_input_rhs(graph, FLOAT, (8, 64), (64, 48), "ref", options).transpose()))
+    b = b_stored.transpose()
     prog = Sequence()
     c = mat_mul(graph, a, b, prog, options=options)
     steps = prog.programs
     assert [type(step).__name__ for step in steps[:copies + 1]] == ["Copy"] * copies + ["Execute"]
     for step in steps[:copies]:   # into fresh variables laid out as the operand already was
         assert np.array_equal(graph.element_tiles(step.src), graph.element_tiles(step.dst))
-    av, bv = values(rng, (8, 64)), values(rng, (64, 48))
-    _, out = run(graph, prog, {"a": (a, av), "b": (b, bv)}, {"c": c}, "numpy")
-    np.testing.assert_allclose(out["c"], oracle(av, bv), rtol=1e-5, atol=1e-5)
+    av, bv = values(rng, (8, 64)), values(rng, (48, 64))
+    _, out = run(graph, prog, {"a": (a, av), "b": (b_stored, bv)}, {"c": c}, "numpy")
+    np.testing.assert_allclose(out["c"], oracle(av, bv.T), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
