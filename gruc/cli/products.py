@@ -12,6 +12,7 @@ from typing import Any, Callable
 from gruc.cli.gru import _bool, add_strict_memory_flag
 from gruc.cli.opt import output_directory
 from gruc.errors import GrucValueError
+from gruc.ops.regroup import REGROUP_SUFFIX
 from gruc.ops.weight_transpose import transpositions
 from gruc.plan.static import plan_program
 from gruc.runtime.engine import Engine
@@ -134,8 +135,9 @@ def run_tool(args: argparse.Namespace, title: str, config: ProductToolConfig,
     for name, plan in layer.plans.items():
         print(f"plan {name:<12} {plan.describe()}")
     for name, rows, cols, tiles in transpositions(layer.graph, layer.programs):
-        print(f"transpose         {name}: {rows} x {cols} blocks on {tiles} tiles "
-              "(poplin's fullyConnectedWeightTranspose)")
+        why = ("a weight-update operand regrouped, poplin's regroupIfBeneficialForPlan"
+               if name.endswith(REGROUP_SUFFIX) else "poplin's fullyConnectedWeightTranspose")
+        print(f"transpose         {name}: {rows} x {cols} blocks on {tiles} tiles ({why})")
     report.print_summary()
     print(f"FLOPs             {layer.flops()}")
     print(f"build             {built:.3f} s"

@@ -34,7 +34,10 @@ from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor
 
-__all__ = ["first_grouping", "regroup_grain", "regroup_for_plan"]
+__all__ = ["REGROUP_SUFFIX", "first_grouping", "regroup_grain", "regroup_for_plan"]
+
+REGROUP_SUFFIX = ".regroup"
+"""The end of the name of a regrouping's compute set (what ``gruc fc`` reports it by)."""
 
 
 def regroup_grain(element_bytes: int) -> int:
@@ -125,7 +128,7 @@ def regroup_for_plan(graph: Graph, operand: Tensor, in_chans_per_group: int, pro
     prog.add(Copy(grouped, gathered))
     turned = graph.add_variable(operand.dtype, (blocks, from_size, to_size), f"{name}.regrouped")
     graph.set_tile_mapping(turned, TileMapping.from_element_tiles(block_tiles))
-    cs = graph.add_compute_set(f"{name}.regroup")
+    cs = graph.add_compute_set(name + REGROUP_SUFFIX)
     graph.add_vertex(cs, TRANSPOSE, {"out": turned, "in": gathered.dim_shuffle((0, 2, 1))})
     prog.add(Execute(cs))
     return turned.reshape((G, R // from_size, K // to_size, from_size, to_size)) \

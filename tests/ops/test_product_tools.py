@@ -106,12 +106,17 @@ def test_fc_compile_only_prints_each_plan_and_the_memory_categories(capsys):
 
 def test_fc_prints_the_backward_weights_transposition(capsys):
     """The issue's layer: both plans make the weights their field, so poplin transposes them
-    in blocks of gcd(16, 100) = 4 by gcd(16, 1324) = 4 before the backward product."""
+    in blocks of gcd(16, 100) = 4 by gcd(16, 1324) = 4 before the backward product; and the
+    weight update regroups ``prevActᵀ`` (grouped along its 1324 rows, 16 channels a group),
+    which the same line reports by its own source."""
     argv = ["fc", "--batch-size", "16", "--input-size", "1324", "--output-size", "100",
             "--compile-only"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "transpose         weights_bwd.transpose: 4 x 4 blocks on " in out
+    assert "(poplin's fullyConnectedWeightTranspose)" in out
+    regroup = [line for line in out.splitlines() if "wu.product.mk.regroup" in line]
+    assert len(regroup) == 1 and "regroupIfBeneficialForPlan" in regroup[0], out
 
 
 def test_gemm_runs_and_checks(capsys):
