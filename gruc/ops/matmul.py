@@ -353,14 +353,13 @@ def _arranged(graph: Graph, operand: Tensor, plan: MatMulPlan, geometry: Blockin
     a weight-update product rearranges both operands whatever their layout (poplin's
     ``inputRearrangementIsExpensive`` / ``weightRearrangementIsExpensive``: the pass changes
     which dimension is innermost), each copied into a variable of its own."""
-    users = geometry.n.count if letters == "gmk" else geometry.m.count
-    if users <= BROADCAST_REARRANGE and not always:
-        return operand
     if always:  # channels innermost first, where poplin regroups (gruc.ops.regroup)
         channels_last = operand if letters == "gmk" else operand.dim_shuffle((0, 2, 1))
         regrouped = regroup_for_plan(graph, channels_last, plan.method.in_chans_per_group, prog,
                                      f"{label}.{letters[1:]}")
         operand = regrouped if letters == "gmk" else regrouped.dim_shuffle((0, 2, 1))
+    elif (geometry.n.count if letters == "gmk" else geometry.m.count) <= BROADCAST_REARRANGE:
+        return operand  # few users: the product's own exchange gathers it
     want = spread_tiles(geometry, letters, plan.orientation, plan.tile_order).reshape(-1)
     if not always and np.array_equal(graph.element_tiles(operand), want):
         return operand

@@ -64,13 +64,12 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _cut_groups(graph: Graph, operand: Tensor, from_size: int, to_size: int,
+def _cut_groups(graph: Graph, tiles: np.ndarray, from_size: int, to_size: int,
                 grain: int) -> tuple[int, int]:
     """popops' ``updateGrouping``: the ``from`` and ``to`` group sizes cut by the factor of least
-    simplified cost, so that the IPU with most elements has blocks enough for its tiles'
-    workers."""
+    simplified cost, so that the IPU with most elements (``tiles``: the operand's) has blocks
+    enough for its tiles' workers."""
     target = graph.target
-    tiles = graph.element_tiles(operand)
     per_ipu = np.bincount(tiles[tiles >= 0] // target.tiles_per_ipu, minlength=target.num_ipus)
     block = to_size * from_size
     extra = block // (grain * grain)
@@ -116,11 +115,13 @@ def regroup_for_plan(graph: Graph, operand: Tensor, in_chans_per_group: int, pro
     if grouping is None or grouping[0] != 1 or grouping[1] % grain \
             or in_chans_per_group % grain or K % in_chans_per_group:
         return operand
-    from_size, to_size = _cut_groups(graph, operand, grouping[1], in_chans_per_group, grain)
+    tiles = graph.element_tiles(operand)
+    from_size, to_size = _cut_groups(graph, tiles, grouping[1], in_chans_per_group, grain)
     blocks = G * (R // from_size) * (K // to_size)
-    grouped = operand.reshape((G, R // from_size, from_size, K // to_size, to_size)) \
-        .dim_shuffle((0, 1, 3, 4, 2)).reshape((blocks, to_size, from_size))
-    first = graph.element_tiles(grouped).reshape(blocks, -1)[:, 0].astype(np.int64)
+    split = (G, R // from_size, from_size, K // to_size, to_size)
+    grouped = operand.reshape(split).dim_shuffle((0, 1, 3, 4, 2)) \
+        .reshape((blocks, to_size, from_size))
+    first = tiles.reshape(split)[:, :, 0, :, 0].reshape(-1).astype(np.int64)  # blocks' 1st
     block_tiles = np.repeat(_spread(blocks, graph, first), to_size * from_size)
     gathered = graph.add_variable(operand.dtype, (blocks, to_size, from_size),
                                   f"{name}.pre_regroup")

@@ -53,10 +53,10 @@ def test_groups_are_cut_by_popops_cost():
     8 / gcd(2, 4) = 4."""
     graph = Graph(T16)
     t = mapped(graph, FLOAT, (64, 8), np.arange(512) // 32)
-    assert _cut_groups(graph, t, 32, 8, 2) == (2, 4)
+    assert _cut_groups(graph, graph.element_tiles(t), 32, 8, 2) == (2, 4)
     # a half tensor at the grain already (4 x 4 blocks): nothing to cut
     h = mapped(graph, HALF, (16, 4), np.zeros(64, dtype=int), "h")
-    assert _cut_groups(graph, h, 4, 4, 4) == (4, 4)
+    assert _cut_groups(graph, graph.element_tiles(h), 4, 4, 4) == (4, 4)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
