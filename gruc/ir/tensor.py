@@ -477,14 +477,15 @@ _ONE_TO_ONE = (SliceOp, SubsampleOp, ReverseOp, ReshapeOp, DimShuffleOp)
 
 
 def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
-    """The tensor ``parts`` are slices of, if they are slices of one tensor and no two overlap;
-    else None.  Slices that differ in one dimension only (a dynamic slice's per-tile pick of
-    column runs: dozens of them) are compared in order along it; others box by box, when few."""
-    source = parts[0].sources[0] if parts[0].sources else None
-    if source is None or not all(
-            isinstance(part.op, SliceOp) and part.sources[0] is source for part in parts):
+    """The tensor ``parts`` are slices of, if they are slices of one tensor (or runs of its
+    columns, :func:`strided_columns`: a box a run) and no two overlap; else None.  Slices that
+    differ in one dimension only (a dynamic slice's per-tile pick of column runs: dozens of them)
+    are compared in order along it; others box by box, when few."""
+    found = [_slice_boxes(part) for part in parts]
+    source = found[0][0] if found[0] is not None else None
+    if source is None or any(part is None or part[0] is not source for part in found):
         return None
-    boxes = [(part.op.begin, part.op.end) for part in parts]
+    boxes = [box for _, part_boxes in found for box in part_boxes]
     varying = [d for d in range(source.rank) if len({(b[d], e[d]) for b, e in boxes}) > 1]
     if len(varying) <= 1:
         d = varying[0] if varying else 0
@@ -499,6 +500,21 @@ def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
                    zip(begin, end, other_begin, other_end)):
                 return None
     return source
+
+
+def _slice_boxes(part: Tensor) -> tuple[Tensor, list[tuple[tuple[int, ...], tuple[int, ...]]]
+                                       ] | None:
+    """The tensor ``part`` is a slice of, or runs of the columns of, and the boxes it takes of
+    it (one a run); None for any other view."""
+    spaced = strided_columns_of(part)
+    if spaced is not None:
+        view, begin, length, stride, count = spaced
+        rows = tuple(view.shape[:-1])
+        return view, [((*(0,) * len(rows), begin + k * stride),
+                       (*rows, begin + k * stride + length)) for k in range(count)]
+    if isinstance(part.op, SliceOp):
+        return part.sources[0], [(part.op.begin, part.op.end)]
+    return None
 
 
 def strided_columns(view: Tensor, begin: int, length: int, stride: int, count: int) -> Tensor:

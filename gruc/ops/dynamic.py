@@ -100,16 +100,23 @@ def _map_columns_home(graph: Graph, fresh: Tensor, dims: tuple[int, ...], home: 
     graph.set_tile_mapping(fresh, TileMapping.from_element_tiles(tiles))
 
 
-def _equally_spaced(runs: list[tuple[int, int]]) -> tuple[int, int, int, int] | None:
-    """``(begin, length, stride, count)`` if ``runs`` (ascending ``(begin, end)`` column ranges,
-    two or more) are equally long and equally far apart, else None."""
-    if len(runs) < 2:
-        return None
-    begin, end = runs[0]
-    length, stride = end - begin, runs[1][0] - begin
-    if all(e - b == length and b == begin + k * stride for k, (b, e) in enumerate(runs)):
-        return begin, length, stride, len(runs)
-    return None
+def _spaced_groups(runs: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """``runs`` (ascending ``(begin, end)`` column ranges) as ``(begin, length, stride, count)``
+    groups, in order: each a maximal stretch of runs equally long and equally far apart (a run
+    on its own is a group of one, stride 0)."""
+    groups: list[tuple[int, int, int, int]] = []
+    at = 0
+    while at < len(runs):
+        begin, end = runs[at]
+        length, stride, count = end - begin, 0, 1
+        if at + 1 < len(runs) and runs[at + 1][1] - runs[at + 1][0] == length:
+            stride = runs[at + 1][0] - begin
+            while at + count < len(runs) and runs[at + count] == (
+                    begin + count * stride, begin + count * stride + length):
+                count += 1
+        groups.append((begin, length, stride, count))
+        at += count
+    return groups
 
 
 def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: VertexKind, offset: Tensor,
@@ -118,7 +125,10 @@ def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: VertexKind, offset:
 
     A tile's columns are given in column order: as one :func:`strided_columns` view where its runs
     of consecutive columns are equally long and equally far apart (a grain of every batch row, in
-    a sequence's layout: 45 runs a tile for a batch of 4,096), else as a concat of the runs.  The
+    a sequence's layout: 45 runs a tile for a batch of 4,096), else as a concat of a few: a
+    strided view for each stretch of such runs (a tile holding two grains of the first rows and
+    one of the rest has two), a slice for a run on its own.  A concat of one slice a run took
+    32 views a vertex at B=16, H=2,759, and every analysis of the vertex paid for each.  The
     runs of every tile are found in one numpy pass (a GRU layer adds thousands of these vertices:
     per-tile numpy calls were most of its build time)."""
     sliced = base.rank - 1
@@ -139,10 +149,15 @@ def _add_column_vertices(graph: Graph, cs: ComputeSet, kind: VertexKind, offset:
     def pick(view: Tensor, runs: list[tuple[int, int]]) -> Tensor:
         if runs == [(0, columns)]:
             return view
-        spaced = _equally_spaced(runs)
-        if spaced is not None and spaced[0] + spaced[2] * spaced[3] <= columns:
-            return strided_columns(view, *spaced)
-        return concat([view.slice(begin, end, sliced) for begin, end in runs], sliced)
+        parts = []
+        for begin, length, stride, count in _spaced_groups(runs):
+            if count > 1 and begin + stride * count > columns:  # the span would pass the end
+                parts.append(strided_columns(view, begin, length, stride, count - 1)
+                             if count > 2 else view.slice(begin, begin + length, sliced))
+                begin, count = begin + (count - 1) * stride, 1
+            parts.append(strided_columns(view, begin, length, stride, count) if count > 1
+                         else view.slice(begin, begin + length, sliced))
+        return parts[0] if len(parts) == 1 else concat(parts, sliced)
 
     offsets = offset.reshape([sliced])
     for tile, runs in runs_on.items():

@@ -13,6 +13,7 @@ from gruc import (FLOAT, Engine, Graph, GrucError, GrucIndexError, GrucShapeErro
                   Target, concat)
 from gruc.ir.expr import _1, _2
 from gruc.ir.layout import Strided, same_ids, strided_distinct, strided_view
+from gruc.ir.tensor import strided_columns
 from gruc.ops import map
 
 SMALL = Target.custom(tiles_per_ipu=16)
@@ -326,3 +327,25 @@ def test_broadcasting_to_a_zero_size_dimension_gives_an_empty_tensor():
         engine.run(0)
         assert engine.read_tensor("total").shape == (0, 3)
 
+
+
+def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_ids(monkeypatch):
+    """A dynamic slice's pick of a tile's columns joins runs of columns a row apart
+    (``strided_columns``) and single runs: disjoint runs have no repeats, known from the runs
+    alone; runs that meet have."""
+    import gruc.ir.tensor as tensor_module
+
+    g, wide, _ = fresh((3, 64))
+    _, broadcast_source, _ = fresh((1, 64), g)
+    broadcast = broadcast_source.broadcast(3, 0)
+    listed = []
+    monkeypatch.setattr(tensor_module, "distinct", lambda ids: listed.append(ids) or np.unique(ids))
+    apart = concat([strided_columns(wide, 0, 4, 16, 3), strided_columns(wide, 52, 2, 4, 2),
+                    wide.slice(63, 64, 1)], 1)
+    assert apart.has_repeats() is False and listed == []
+    for view in (concat([strided_columns(wide, 0, 4, 16, 3), strided_columns(wide, 35, 2, 8, 2)],
+                        1),
+                 concat([strided_columns(broadcast, 0, 4, 16, 3), broadcast.slice(60, 62, 1)],
+                        1)):
+        ids = view.flat_ids()
+        assert len(np.unique(ids)) != len(ids) and view.has_repeats() is True

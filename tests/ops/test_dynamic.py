@@ -280,6 +280,40 @@ def test_a_tile_s_columns_a_grain_of_every_row_are_one_view_and_right(backend, d
           element_tiles=np.tile(column_tiles, steps))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch, grains_per_tile, blocks", [(3, 4, 4), (5, 7, 5), (8, 10, 4),
+                                                            (16, 21, 6)])
+def test_a_tile_s_runs_of_two_lengths_are_a_few_views_and_right(backend, batch, grains_per_tile,
+                                                                 blocks):
+    """poplibs deals a sequence's grains to tiles a batch row at a time, so a tile holding more
+    grains than there are rows holds one grain more of some rows than of the others: runs of two
+    lengths, each stretch of equal runs a row apart.  The pick is a strided view per stretch (a
+    slice for a run on its own) — a handful of views, not one a run — and slices and updates as
+    numpy does."""
+    grain, steps = 2, 3
+    features = grain * blocks
+    grains = np.arange(batch * blocks)  # grain g: batch row g % batch, block g // batch
+    grain_tiles = grains // grains_per_tile
+    columns = np.arange(batch * features)
+    row, block = columns // features, columns % features // grain
+    column_tiles = grain_tiles[block * batch + row]
+    g, prog = build((steps, batch * features), [0], [1], target=Target.custom(
+        tiles_per_ipu=int(grain_tiles.max()) + 1), element_tiles=np.tile(column_tiles, steps))
+    slicing = next(cs for cs in g.compute_sets if cs.name == "slice")
+    for vertex in slicing.vertices:
+        expected = np.flatnonzero(column_tiles == vertex.tile)
+        base = vertex.fields["base"]
+        np.testing.assert_array_equal(base.ids() - base.variables()[0].first_id,
+                                      np.arange(steps)[:, None] * len(columns) + expected)
+        assert not base.has_repeats()
+        parts = base.sources if base.op.__class__.__name__ == "ConcatOp" else [base]
+        runs = np.count_nonzero(np.diff(expected) != 1) + 1
+        assert len(parts) <= min(runs, 4), (vertex.tile, runs, len(parts))
+    check((steps, batch * features), [0], [1], [1], backend, np.random.default_rng(0),
+          target=Target.custom(tiles_per_ipu=int(grain_tiles.max()) + 1),
+          element_tiles=np.tile(column_tiles, steps))
+
+
 def test_a_long_gru_layer_s_slice_groups_never_list_a_sequence_row_by_row():
     """Compile time flat in the sequence length rests on this: every slice group of a training
     layer's loop takes its bases' first row and how far each run moves a row, never every row —

@@ -35,3 +35,19 @@ def test_tile_between_agrees_with_a_scan(monkeypatch, alike, scanned_gap):
         tile = int(rng.integers(0, 6))
         assert tiles.tile_between(first, last, tile) == _brute(tiles, first, last, tile), \
             (first, last, tile)
+
+
+@pytest.mark.parametrize("alike", [True, False], ids=["rows alike", "rows differ"])
+def test_tiles_between_answers_each_pair_as_tile_between(alike):
+    rng = np.random.default_rng(2)
+    graph = Graph(Target.custom(tiles_per_ipu=6))
+    steps, row = 9, 8
+    x = graph.add_variable(FLOAT, (steps, row), "x")
+    first_row = rng.integers(0, 6, row)
+    graph.set_tile_mapping(x, first_row[None] if alike
+                           else np.stack([(first_row + k) % 6 for k in range(steps)]))
+    tiles = VariableTiles(x, key=())
+    pairs = np.sort(rng.integers(0, steps * row, (500, 2)), axis=1)
+    for tile in range(6):
+        expected = [_brute(tiles, first, last, tile) for first, last in pairs.tolist()]
+        assert tiles.tiles_between(pairs[:, 0], pairs[:, 1], tile).tolist() == expected

@@ -381,20 +381,30 @@ def _strided_rows(view, columns: np.ndarray) -> tuple[np.ndarray, int] | None:
     return layout.offset + columns * layout.strides[1], layout.strides[0]
 
 
+def _first_row(part) -> tuple[np.ndarray, int] | None:
+    """The ids of a 2-D view's first row and its row stride where the view says them without
+    listing its ids: a strided view, or runs of a strided view's columns a row apart
+    (:func:`~gruc.ir.tensor.strided_columns`)."""
+    picked = strided_columns_of(part) if part.rank == 2 else None
+    if picked is None:
+        return _strided_rows(part, np.arange(part.shape[1]))
+    view, begin, length, stride, count = picked
+    return _strided_rows(view, (begin + np.arange(count)[:, None] * stride
+                                + np.arange(length)).reshape(-1))
+
+
 def _two_rows(base, rows: int, columns: int) -> tuple[np.ndarray, np.ndarray, int | None] | None:
     """The ids of ``base``'s first two rows and the row stride, read from the strided views a
-    builder's column pick joins (:func:`~gruc.ir.tensor.strided_columns`, or a concatenation of
-    column runs) without making the pick's own ids — those of every row of a long sequence."""
-    picked = strided_columns_of(base) if base.rank == 2 else None
-    if picked is not None:
-        view, begin, length, stride, count = picked
-        columns_ids = (begin + np.arange(count)[:, None] * stride + np.arange(length)).reshape(-1)
-        found = _strided_rows(view, columns_ids)
-    elif isinstance(base.op, ConcatOp) and base.rank == 2 and base.op.dim == 1:
-        parts = [_strided_rows(part, np.arange(part.shape[1])) for part in base.sources]
+    builder's column pick joins (:func:`~gruc.ir.tensor.strided_columns`, column runs, or a
+    concatenation of them) without making the pick's own ids — those of every row of a long
+    sequence."""
+    if isinstance(base.op, ConcatOp) and base.rank == 2 and base.op.dim == 1:
+        parts = [_first_row(part) for part in base.sources]
         if any(part is None for part in parts) or len({p[1] for p in parts}) != 1:
             return None
         found = np.concatenate([p[0] for p in parts]), parts[0][1]
+    elif strided_columns_of(base) is not None:
+        found = _first_row(base)
     else:
         return None
     if found is None:
@@ -447,12 +457,10 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
     layout_tiles = variable_tiles(variable)
     local = first - variable.first_id
     tiles = layout_tiles.tiles_of(local)
-    cuts = []
-    for k in np.flatnonzero((np.diff(local) != 1) | (np.diff(tiles) != 0)).tolist():
-        if tiles[k] != tiles[k + 1] or layout_tiles.tile_between(int(local[k]),
-                                                                  int(local[k + 1]), tile):
-            cuts.append(k + 1)
-    sizes = np.diff(np.array([0, *cuts, len(local)], dtype=np.int64))
+    breaks = np.flatnonzero((np.diff(local) != 1) | (np.diff(tiles) != 0))
+    cuts = breaks[(tiles[breaks] != tiles[breaks + 1])
+                  | layout_tiles.tiles_between(local[breaks], local[breaks + 1], tile)] + 1
+    sizes = np.diff(np.concatenate(([0], cuts, [len(local)])).astype(np.int64))
     if len(sizes) != 1 or rows == 1:
         return sizes, len(sizes) == 1
     if layout_tiles.repeats and row_stride == layout_tiles.length:

@@ -111,6 +111,27 @@ class VariableTiles:
             return bool(np.searchsorted(at, high, side="right") - np.searchsorted(at, low))
         return bool(at[-1] >= low or at[0] <= high)
 
+    def tiles_between(self, firsts: np.ndarray, lasts: np.ndarray, tile: int) -> np.ndarray:
+        """:meth:`tile_between` of each pair ``firsts[k] < lasts[k]`` at once, from the row
+        sorted by tile: a wide layer's slice vertex asks it of every gap between its runs (half
+        a million questions a training layer at H = 2,759, one at a time most of a second each
+        thousand)."""
+        gap = lasts - firsts > 1
+        if not gap.any():
+            return gap
+        self._sorted()
+        begin = self._starts[tile]
+        at = self._order[begin:begin + self._counts[tile]]  # the tile's positions, ascending
+        if not len(at):
+            return np.zeros(len(gap), dtype=bool)
+        if not self.repeats:
+            return gap & (np.searchsorted(at, lasts) > np.searchsorted(at, firsts, side="right"))
+        low, high = (firsts + 1) % self.length, (lasts - 1) % self.length
+        straight = np.searchsorted(at, high, side="right") > np.searchsorted(at, low)
+        wrapped = (at[-1] >= low) | (at[0] <= high)
+        return gap & ((lasts - firsts - 1 >= self.length) | np.where(low <= high, straight,
+                                                                     wrapped))
+
     def ranks(self, local: np.ndarray, tiles: np.ndarray) -> np.ndarray:
         """Each element's place in its tile's block of the variable (elements in id order)."""
         self._sorted()
