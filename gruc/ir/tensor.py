@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -342,7 +342,8 @@ class Tensor:
         """Whether some element appears twice (a broadcast or overlapping view).  Decided from the
         layout where it tells (one run of ids; strides, :func:`~gruc.ir.layout.strided_distinct`)
         and, for a concatenation of non-overlapping slices of one tensor that has no repeats (a
-        dynamic slice's per-tile column pick), without listing the concatenation's ids.  A view
+        dynamic slice's per-tile column pick) or of parts without repeats that share no
+        variable (a product's joined operands), without listing the concatenation's ids.  A view
         that names each element of its source at most once (a slice, reshape, ...) of a source
         without repeats has none (a wide layer's column pick is a reshape of strided runs)."""
         if isinstance(self.op, _ONE_TO_ONE) and not self.sources[0].has_repeats():
@@ -351,6 +352,10 @@ class Tensor:
             sliced = _disjoint_slices_of(self.sources)
             if sliced is not None and not sliced.has_repeats():
                 return False
+            owners = [part._variable_tuple() for part in self.sources]
+            if len({v.index for part in owners for v in part}) == sum(map(len, owners)) \
+                    and not any(part.has_repeats() for part in self.sources):
+                return False  # parts of different variables, none repeating an element
         if self.contiguous_start() is not None:
             return False
         layout = self.layout()
@@ -547,6 +552,21 @@ def strided_columns_of(tensor: Tensor) -> tuple[Tensor, int, int, int, int] | No
             or span.op.end != (*rows, begin + count * stride)):
         return None
     return view, begin, length, stride, count
+
+
+def joined_parts(tensor: Tensor) -> Iterator[Tensor]:
+    """The views ``tensor`` concatenates (itself if it is no concatenation), each seen through
+    any reshape (which names the same elements): between them they name its elements, in order
+    of the concatenation (not of ``tensor``'s elements), each usually strided or a whole
+    variable — a dynamic slice's per-tile column pick joins column slices, a weight update its
+    gradients — so an analysis can read each in place instead of listing ``tensor``'s ids."""
+    if isinstance(tensor.op, ConcatOp):
+        for source in tensor.sources:
+            yield from joined_parts(source)
+    elif isinstance(tensor.op, ReshapeOp):
+        yield from joined_parts(tensor.sources[0])
+    else:
+        yield tensor
 
 
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -23,10 +23,10 @@ from numba import njit
 
 from gruc.analysis.steps import Step
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import ConcatOp, ReshapeOp, SliceOp
+from gruc.ir.layout import SliceOp
 from gruc.ir.mapping import distinct
 from gruc.ir.program import Copy, Execute, PrintTensor, WriteUndef
-from gruc.ir.tensor import Tensor
+from gruc.ir.tensor import Tensor, joined_parts
 from gruc.ir.tile_table import repeats_its_rows
 from gruc.ir.vertices import VertexKind
 from gruc.target import TILES_PER_SHARED_EXCHANGE_BUS, Target
@@ -288,20 +288,6 @@ def _batches(pieces: list[Piece], graph: Graph) -> Iterator[tuple[list[Piece], l
         yield batch, tiles
 
 
-def _concatenated(tensor: Tensor) -> Iterator[Tensor]:
-    """The views ``tensor`` concatenates (itself if it is no concatenation), each seen through
-    any reshape (which names the same elements): between them they name its elements, and each
-    is usually strided (a dynamic slice's per-tile column pick is a concatenation of column
-    slices), so its tiles can be read in place."""
-    if isinstance(tensor.op, ConcatOp):
-        for source in tensor.sources:
-            yield from _concatenated(source)
-    elif isinstance(tensor.op, ReshapeOp):
-        yield from _concatenated(tensor.sources[0])
-    else:
-        yield tensor
-
-
 class _StepCoster:
     """The static cost of each step of one graph: compute cycles per tile from the vertex cycle
     estimators, and the bytes each tile receives and sends, from the exchange estimators and from
@@ -357,7 +343,7 @@ class _StepCoster:
         view's tiles.  A view whose tiles would have to be gathered (a sequence the table keeps
         as one step, viewed across steps) is not gathered whole: its parts are read one by one."""
         small = []
-        for part in _concatenated(tensor):
+        for part in joined_parts(tensor):
             source = part.sources[0] if isinstance(part.op, SliceOp) else None
             if source is not None and id(source) not in sources:
                 sources[id(source)] = self.graph.element_tile_view(source, gather=False)

@@ -332,7 +332,7 @@ def test_broadcasting_to_a_zero_size_dimension_gives_an_empty_tensor():
 def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_ids(monkeypatch):
     """A dynamic slice's pick of a tile's columns joins runs of columns a row apart
     (``strided_columns``) and single runs: disjoint runs have no repeats, known from the runs
-    alone; runs that meet have."""
+    alone; runs that meet have.  Parts of different variables have none if none has any."""
     import gruc.ir.tensor as tensor_module
 
     g, wide, _ = fresh((3, 64))
@@ -343,6 +343,9 @@ def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_
     apart = concat([strided_columns(wide, 0, 4, 16, 3), strided_columns(wide, 52, 2, 4, 2),
                     wide.slice(63, 64, 1)], 1)
     assert apart.has_repeats() is False and listed == []
+    _, other, _ = fresh((3, 8), g)
+    assert concat([wide, other.reverse(1)], 1).has_repeats() is False
+    assert listed == []  # parts of different variables: decided without ids
     for view in (concat([strided_columns(wide, 0, 4, 16, 3), strided_columns(wide, 35, 2, 8, 2)],
                         1),
                  concat([strided_columns(broadcast, 0, 4, 16, 3), broadcast.slice(60, 62, 1)],

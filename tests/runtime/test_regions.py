@@ -51,3 +51,21 @@ def test_tiles_between_answers_each_pair_as_tile_between(alike):
     for tile in range(6):
         expected = [_brute(tiles, first, last, tile) for first, last in pairs.tolist()]
         assert tiles.tiles_between(pairs[:, 0], pairs[:, 1], tile).tolist() == expected
+
+
+def test_whole_variables_joined_are_a_region_per_tile_and_variable_as_a_walk_finds():
+    """A weight update joins its gradient variables whole: their regions come from each one's
+    tiles, without listing ids, and are what walking the view's elements finds."""
+    from gruc import concat
+
+    rng = np.random.default_rng(3)
+    graph = Graph(Target.custom(tiles_per_ipu=8))
+    a = graph.add_variable(FLOAT, (4, 6), "a")
+    b = graph.add_variable(FLOAT, (10,), "b")
+    graph.set_tile_mapping(a, rng.integers(0, 8, (4, 6)))
+    graph.set_tile_mapping(b, rng.integers(2, 5, 10))
+    for joined in (concat([a.flatten(), b]), concat([b, a.reshape([24])])):
+        walked = regions.tile_regions(joined.reverse(0).reverse(0))  # not seen as joined: walked
+        found = regions.tile_regions(joined)
+        for mine, theirs in zip(found, walked):
+            np.testing.assert_array_equal(mine, theirs)

@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from gruc.ir.mapping import distinct
-from gruc.ir.tensor import Tensor, Variable
+from gruc.ir.tensor import Tensor, Variable, joined_parts
 from gruc.ir.tile_table import repeats_its_rows
 
 _MEMO_ENTRIES = 256
@@ -173,20 +173,35 @@ def whole_variable(tensor: Tensor) -> bool:
             and tensor.num_elements == variables[0].num_elements)
 
 
+def _whole_variables_regions(parts: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`tile_regions` of a view joining whole variables (``parts``, in id order), each
+    once: a region per tile and variable (a weight update's gradients, joined, are tens of
+    millions of elements a wide layer: not listed)."""
+    num_tiles = parts[0].graph.target.num_tiles
+    elements = np.stack([np.bincount(part.graph.element_tiles(part), minlength=num_tiles)
+                         for part in parts], axis=1)  # [tile, part]: in tile, then id, order
+    tiles, _ = np.nonzero(elements)
+    return tiles.astype(np.int64), elements[elements > 0].astype(np.int64)
+
+
 def tile_regions(tensor: Tensor, elements: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``(tile, size)`` of every contiguous memory region of ``tensor``, by tile, then address.
 
     A whole variable is one region on each tile that holds some of it (``elements``, when given,
-    are its elements per tile).  Any other view is walked element by element: its elements' blocks
-    and places in them (:meth:`VariableTiles.ranks`), sorted, cut where the place does not step by
-    one."""
+    are its elements per tile), and so is each of several whole variables joined.  Any other
+    view is walked element by element: its elements' blocks and places in them
+    (:meth:`VariableTiles.ranks`), sorted, cut where the place does not step by one."""
     if whole_variable(tensor):
         if elements is None:
             elements = np.bincount(tensor.graph.element_tiles(tensor),
                                    minlength=tensor.graph.target.num_tiles)
         tiles = np.flatnonzero(elements)
         return tiles.astype(np.int64), np.asarray(elements, dtype=np.int64)[tiles]
+    parts = list(joined_parts(tensor))
+    if len(parts) > 1 and all(whole_variable(part) for part in parts) \
+            and len({part.variables()[0].index for part in parts}) == len(parts):
+        return _whole_variables_regions(sorted(parts, key=lambda part: part.variables()[0].first_id))
     ids = distinct(tensor.flat_ids())
     if not len(ids):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
