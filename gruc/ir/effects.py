@@ -16,7 +16,8 @@ from typing import Iterable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import ConcatOp, Strided, strided_view
+from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, ReshapeOp, ReverseOp, Strided,
+                             strided_view)
 from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue,
                              WriteUndef)
 from gruc.ir.tensor import Tensor
@@ -41,15 +42,22 @@ class Effect:
 NO_EFFECT = Effect(frozenset(), frozenset(), frozenset(), frozenset())
 
 
+_ALL_OF_ITS_SOURCE = (ReshapeOp, DimShuffleOp, ReverseOp, BroadcastOp)
+"""Views that name every element of their source and no other: a view of several variables
+made by one (a weight update's joined gradients flattened, a product's joined weights
+transposed) names what its source does, so it is taken as its source."""
+
+
 class _Elements:
     """The elements ``tensors`` name, per variable index.  Steps name thousands of small views (a
     per-tile vertex's fields), nearly all runs, strided slices or concatenations of those, of one
-    variable: a concatenation is taken as its parts, and a view of one variable is filed under
-    it from its sources, without materialising and searching its element ids (the views over a
-    long sequence tensor name tens of millions).  Only a view over several variables is resolved
-    by its ids.  Whether the views cover a variable (:meth:`fully_covered`) walks them as ranges
-    of ids where a view is one run, through strided views (:func:`~gruc.ir.layout.strided_view`)
-    where it is strided, and by its ids otherwise."""
+    variable: a concatenation is taken as its parts (a view of several variables that names all of
+    its source, as its source), and a view of one variable is filed under it from its sources,
+    without materialising and searching its element ids (the views over a long sequence tensor
+    name tens of millions).  Only what is left over several variables is resolved by its ids.
+    Whether the views cover a variable (:meth:`fully_covered`) walks them as ranges of ids where
+    a view is one run, through strided views (:func:`~gruc.ir.layout.strided_view`) where it is
+    strided, and by its ids otherwise."""
 
     def __init__(self, graph: Graph, tensors: Iterable[Tensor]) -> None:
         self.graph = graph
@@ -62,10 +70,11 @@ class _Elements:
             tensor = pending.pop()
             if not tensor.num_elements:
                 continue
-            if isinstance(tensor.op, ConcatOp):
+            variables = tensor.variables()
+            if isinstance(tensor.op, ConcatOp) or len(variables) > 1 and isinstance(
+                    tensor.op, _ALL_OF_ITS_SOURCE):
                 pending.extend(reversed(tensor.sources))
                 continue
-            variables = tensor.variables()
             if len(variables) == 1:
                 self.views.setdefault(variables[0].index, []).append(tensor)
             else:

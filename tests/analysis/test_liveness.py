@@ -443,3 +443,34 @@ def test_dataflow_covers_every_executed_trace(data):
     for v in range(lv.num_variables):  # bitsets and the helpers agree
         assert lv.live_step_list(v) == [s for s in range(lv.num_steps)
                                         if v in lv.occupied_at(s)]
+
+
+def test_a_step_over_joined_variables_flattened_names_each_variable_without_listing_ids(
+        monkeypatch):
+    """A weight update adds to its gradients joined and flattened: a view of several variables
+    made by a reshape (or a transpose, a reversal) names what the join does, so the step's
+    effect is taken from the join's parts, never from its ids, and says which variables it
+    covers."""
+    from gruc.ir.effects import EffectTable
+    from gruc import concat
+    from gruc.ir.tensor import Tensor
+
+    graph = Graph(TARGET)
+    a, b, c = (graph.add_variable(FLOAT, (rows, 6), name)
+               for rows, name in ((4, "a"), (3, "b"), (2, "c")))
+    for variable in (a, b, c):
+        graph.map_tensor_linearly(variable)
+    cases = ((concat([a, b]).reshape([42]), {a.index, b.index}),  # all of a and b
+             (concat([a[:2], c]).dim_shuffle([1, 0]).reverse(0), {c.index}))  # half of a
+    sources = [graph.add_variable(FLOAT, view.shape, f"src{k}") for k, (view, _) in
+               enumerate(cases)]
+    for source in sources:
+        graph.map_tensor_linearly(source)
+    listed = []
+    original = Tensor.flat_ids
+    monkeypatch.setattr(Tensor, "flat_ids", lambda self: listed.append(self) or original(self))
+    for (view, covered), source in zip(cases, sources):
+        effect = EffectTable(graph).of(Copy(source, view))
+        assert effect.writes == {v.index for v in view.variables()}
+        assert effect.full_writes == covered
+    assert listed == []
