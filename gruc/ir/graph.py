@@ -21,7 +21,7 @@ import numpy as np
 
 from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
                          GrucValueError, expect)
-from gruc.ir.layout import Strided
+from gruc.ir.layout import ConcatOp, ReshapeOp, Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int, require_writable
@@ -375,8 +375,16 @@ class Graph:
         """The tile of every element of ``tensor``, shaped like it: where the view is strided, a
         read-only view of the tile table where it can be (nothing copied: a check over a long
         sequence's views reads each tile once), else gathered by the view's ids — or, without
-        ``gather``, None (a caller that only wants it if it costs nothing)."""
-        layout = self._own(tensor).layout()
+        ``gather``, None (a caller that only wants it if it costs nothing).  A concatenation
+        (or a reshape of one) whose ids are not made yet joins its parts' tiles instead: its ids
+        would stay with the view (a training layer's joined weights: 8 bytes an element)."""
+        self._own(tensor)
+        if gather and tensor.known_layout() is None:
+            joined = tensor.sources[0] if isinstance(tensor.op, ReshapeOp) else tensor
+            if isinstance(joined.op, ConcatOp) and joined.known_layout() is None:
+                return np.concatenate([self.element_tile_view(part) for part in joined.sources],
+                                      axis=joined.op.dim).reshape(tensor.shape)
+        layout = tensor.layout()
         if isinstance(layout, Strided):
             return self._table.view(layout, tensor.shape,
                                     [variable.first_id for variable in tensor.variables()],

@@ -324,6 +324,11 @@ class Tensor:
             self._layout = self.op.apply(layouts, [s.shape for s in self.sources], self.shape)
         return self._layout
 
+    def known_layout(self) -> Layout | None:
+        """The layout if it has been worked out already, else None (a caller that can answer
+        from the sources instead need not make a concatenation's ids, which the view keeps)."""
+        return self._layout
+
     def ids(self) -> np.ndarray:
         """Global element ids, shaped like the tensor."""
         return materialise(self.layout(), self.shape)
