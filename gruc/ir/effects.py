@@ -16,8 +16,8 @@ from typing import Iterable
 import numpy as np
 
 from gruc.ir.graph import Graph, Vertex
-from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, ReshapeOp, ReverseOp, Strided,
-                             strided_view)
+from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, ReshapeOp, ReverseOp, SliceOp,
+                             Strided, strided_view)
 from gruc.ir.program import (Copy, Execute, If, PrintTensor, Program, RepeatWhileTrue,
                              WriteUndef)
 from gruc.ir.tensor import Tensor
@@ -48,13 +48,33 @@ made by one (a weight update's joined gradients flattened, a product's joined we
 transposed) names what its source does, so it is taken as its source."""
 
 
+def _sliced_parts(tensor: Tensor) -> list[Tensor] | None:
+    """The elements ``tensor`` takes of a concatenation as slices of its parts, if ``tensor`` is
+    slices (one or several in a row) of a concatenation; else None."""
+    offset, joined = (0,) * tensor.rank, tensor
+    while isinstance(joined.op, SliceOp):
+        offset = tuple(at + begin for at, begin in zip(offset, joined.op.begin))
+        joined = joined.sources[0]
+    if joined is tensor or not isinstance(joined.op, ConcatOp):
+        return None
+    dim, stop = joined.op.dim, tuple(at + size for at, size in zip(offset, tensor.shape))
+    parts, at = [], 0
+    for part in joined.sources:
+        begin, end = max(offset[dim], at), min(stop[dim], at + part.shape[dim])
+        if begin < end:
+            parts.append(part.slice(offset[:dim] + (begin - at,) + offset[dim + 1:],
+                                    stop[:dim] + (end - at,) + stop[dim + 1:]))
+        at += part.shape[dim]
+    return parts
+
+
 class _Elements:
     """The elements ``tensors`` name, per variable index.  Steps name thousands of small views (a
     per-tile vertex's fields), nearly all runs, strided slices or concatenations of those, of one
     variable: a concatenation is taken as its parts (a view of several variables that names all of
-    its source, as its source), and a view of one variable is filed under it from its sources,
-    without materialising and searching its element ids (the views over a long sequence tensor
-    name tens of millions).  Only what is left over several variables is resolved by its ids.
+    its source, as its source; a slice of one, as slices of its parts), and a view of one
+    variable is filed under it from its sources, without materialising and searching its element
+    ids (the views over a long sequence tensor name tens of millions).  Only what is left over several variables is resolved by its ids.
     Whether the views cover a variable (:meth:`fully_covered`) walks them as ranges of ids where
     a view is one run, through strided views (:func:`~gruc.ir.layout.strided_view`) where it is
     strided, and by its ids otherwise."""
@@ -74,6 +94,10 @@ class _Elements:
             if isinstance(tensor.op, ConcatOp) or len(variables) > 1 and isinstance(
                     tensor.op, _ALL_OF_ITS_SOURCE):
                 pending.extend(reversed(tensor.sources))
+                continue
+            parts = _sliced_parts(tensor) if len(variables) > 1 else None
+            if parts is not None:
+                pending.extend(reversed(parts))
                 continue
             if len(variables) == 1:
                 self.views.setdefault(variables[0].index, []).append(tensor)

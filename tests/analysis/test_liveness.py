@@ -448,9 +448,9 @@ def test_dataflow_covers_every_executed_trace(data):
 def test_a_step_over_joined_variables_flattened_names_each_variable_without_listing_ids(
         monkeypatch):
     """A weight update adds to its gradients joined and flattened: a view of several variables
-    made by a reshape (or a transpose, a reversal) names what the join does, so the step's
-    effect is taken from the join's parts, never from its ids, and says which variables it
-    covers."""
+    made by a reshape (or a transpose, a reversal) names what the join does, and a slice of a
+    join names slices of its parts, so the step's effect is taken from the join's parts, never
+    from its ids, and says which variables it covers."""
     from gruc.ir.effects import EffectTable
     from gruc import concat
     from gruc.ir.tensor import Tensor
@@ -460,17 +460,19 @@ def test_a_step_over_joined_variables_flattened_names_each_variable_without_list
                for rows, name in ((4, "a"), (3, "b"), (2, "c")))
     for variable in (a, b, c):
         graph.map_tensor_linearly(variable)
-    cases = ((concat([a, b]).reshape([42]), {a.index, b.index}),  # all of a and b
-             (concat([a[:2], c]).dim_shuffle([1, 0]).reverse(0), {c.index}))  # half of a
-    sources = [graph.add_variable(FLOAT, view.shape, f"src{k}") for k, (view, _) in
+    cases = ((concat([a, b]).reshape([42]), {a, b}, {a.index, b.index}),  # all of a and b
+             (concat([a[:2], c]).dim_shuffle([1, 0]).reverse(0), {a, c}, {c.index}),  # half a
+             (concat([a, b, c])[3:7], {a, b}, {b.index}),  # across the joins: a's last row, b
+             (concat([a[:2], c], 1)[0:2, 4:10], {a, c}, set()))
+    sources = [graph.add_variable(FLOAT, view.shape, f"src{k}") for k, (view, _, _) in
                enumerate(cases)]
     for source in sources:
         graph.map_tensor_linearly(source)
     listed = []
     original = Tensor.flat_ids
     monkeypatch.setattr(Tensor, "flat_ids", lambda self: listed.append(self) or original(self))
-    for (view, covered), source in zip(cases, sources):
+    for (view, written, covered), source in zip(cases, sources):
         effect = EffectTable(graph).of(Copy(source, view))
-        assert effect.writes == {v.index for v in view.variables()}
+        assert effect.writes == {v.index for v in written}
         assert effect.full_writes == covered
     assert listed == []
