@@ -102,7 +102,7 @@ class _Elements:
             if len(variables) == 1:
                 self.views.setdefault(variables[0].index, []).append(tensor)
             else:
-                mixed.append(tensor.flat_ids())
+                mixed.append(tensor.passing_ids().reshape(-1))
         if mixed:
             ids = np.concatenate(mixed)
             owners = graph.variable_of_id(ids)

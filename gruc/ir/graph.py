@@ -21,7 +21,7 @@ import numpy as np
 
 from gruc.errors import (GrucIndexError, GrucMappingError, GrucShapeError, GrucTypeError,
                          GrucValueError, expect)
-from gruc.ir.layout import ConcatOp, Strided
+from gruc.ir.layout import Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int, require_writable
@@ -119,16 +119,6 @@ def to_storage(values: np.ndarray, dtype: DType, what: str) -> np.ndarray:
         bad = values.reshape(-1)[int(np.argmin(exact.reshape(-1)))]
         raise GrucValueError(f"{what}: value {bad.item()!r} is not representable as {dtype.name}")
     return stored
-
-
-def _joins_unmade(tensor: Tensor) -> bool:
-    """Whether working out ``tensor``'s ids would join tensors: a concatenation, or a chain of
-    views of one, none of whose ids are made yet."""
-    while tensor.op is not None and tensor.known_layout() is None:
-        if isinstance(tensor.op, ConcatOp):
-            return True
-        tensor = tensor.sources[0]
-    return False
 
 
 def _require_one_tile_per_element(view: Tensor, ids: np.ndarray, tiles: np.ndarray) -> None:
@@ -386,11 +376,10 @@ class Graph:
         read-only view of the tile table where it can be (nothing copied: a check over a long
         sequence's views reads each tile once), else gathered by the view's ids — or, without
         ``gather``, None (a caller that only wants it if it costs nothing).  A view whose ids
-        would be made by joining tensors (a concatenation, or a view of one, not worked out
-        yet) is its view op applied to its sources' tiles instead: the ids would stay with the
-        view (a training layer's joined weights and their transposes: 8 bytes an element)."""
+        would join tensors (``Tensor.ids_would_join``) is its view op applied to its sources'
+        tiles instead: the ids would stay with the view."""
         self._own(tensor)
-        if gather and _joins_unmade(tensor):
+        if gather and tensor.ids_would_join():
             tiles = [self.element_tile_view(source) for source in tensor.sources]
             return np.asarray(tensor.op.apply(tiles, [s.shape for s in tensor.sources],
                                               tensor.shape))

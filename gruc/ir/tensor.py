@@ -324,10 +324,27 @@ class Tensor:
             self._layout = self.op.apply(layouts, [s.shape for s in self.sources], self.shape)
         return self._layout
 
-    def known_layout(self) -> Layout | None:
-        """The layout if it has been worked out already, else None (a caller that can answer
-        from the sources instead need not make a concatenation's ids, which the view keeps)."""
-        return self._layout
+    def ids_would_join(self) -> bool:
+        """Whether working out this view's ids would join tensors' ids: a concatenation, or a
+        chain of views of one, none worked out yet.  The view keeps what it works out (a
+        training layer's joined weights: 8 bytes an element), so a caller that needs its ids
+        or tiles once can make them from the sources instead (:meth:`passing_ids`,
+        ``Graph.element_tile_view``)."""
+        tensor = self
+        while tensor.op is not None and tensor._layout is None:
+            if isinstance(tensor.op, ConcatOp):
+                return True
+            tensor = tensor.sources[0]
+        return False
+
+    def passing_ids(self) -> np.ndarray:
+        """Global element ids, shaped like the tensor, without keeping them where they would
+        join tensors (:meth:`ids_would_join`): made from the sources' each time."""
+        if not self.ids_would_join():
+            return self.ids()
+        return materialise(self.op.apply([source.passing_ids() for source in self.sources],
+                                         [source.shape for source in self.sources], self.shape),
+                           self.shape)
 
     def ids(self) -> np.ndarray:
         """Global element ids, shaped like the tensor."""

@@ -356,8 +356,8 @@ def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_
 
 def test_a_concatenation_s_tiles_are_its_parts_tiles_without_making_its_ids():
     """The tiles of a concatenation, or of a view of one, are its view op applied to its parts'
-    tiles: the same as reading them by its ids, and its ids — which the view would keep — are
-    not made."""
+    tiles, and its ids, when asked for once, its view op over its parts' ids: the same as the
+    view's own, which it would keep, and are not made."""
     g, x, _ = fresh((4, 6))
     _, y, _ = fresh((4, 3), g)
     g.set_tile_mapping(x, np.arange(24).reshape(4, 6) % 5)
@@ -366,6 +366,8 @@ def test_a_concatenation_s_tiles_are_its_parts_tiles_without_making_its_ids():
              concat([x[:2], y.transpose()[1:3, :2]], 1).reshape([2, 2, 4]).dim_shuffle([2, 0, 1]),
              concat([x, y], 1)[::2].broadcast(2, 0)]
     for view in views:
-        tiles = g.element_tiles(view)
-        assert view.known_layout() is None
+        tiles, ids = g.element_tiles(view), view.passing_ids()
+        assert view.ids_would_join()  # nothing worked out and kept
+        np.testing.assert_array_equal(ids, view.ids())
         np.testing.assert_array_equal(tiles, g.element_tiles_of_ids(view.flat_ids()))
+        assert not view.ids_would_join()

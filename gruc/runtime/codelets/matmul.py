@@ -267,7 +267,7 @@ def _operand_exchange(graph: Graph, tensor, tiles: np.ndarray, geometry: Blockin
     order = ["gkmn".index(x) for x in letters] + ["gkmn".index(over)]
     shape = [axes[x].size for x in letters]
     element_tiles = graph.element_tiles(tensor).astype(np.int64).reshape(shape)
-    element_ids = tensor.flat_ids().reshape(shape)
+    element_ids = tensor.passing_ids().reshape(shape)
     size = tensor.dtype.size
     for parts in itertools.product(*(axes[x].parts() for x in letters)):
         blocks = block_view(element_tiles, parts)
