@@ -74,10 +74,11 @@ class _Elements:
     variable: a concatenation is taken as its parts (a view of several variables that names all of
     its source, as its source; a slice of one, as slices of its parts), and a view of one
     variable is filed under it from its sources, without materialising and searching its element
-    ids (the views over a long sequence tensor name tens of millions).  Only what is left over several variables is resolved by its ids.
-    Whether the views cover a variable (:meth:`fully_covered`) walks them as ranges of ids where
-    a view is one run, through strided views (:func:`~gruc.ir.layout.strided_view`) where it is
-    strided, and by its ids otherwise."""
+    ids (the views over a long sequence tensor name tens of millions).  Only what is left over
+    several variables is resolved by its ids.  Whether the views cover a variable
+    (:meth:`fully_covered`) walks them as ranges of ids where a view is one run, through strided
+    views (:func:`~gruc.ir.layout.strided_view`) where it is strided, and by its ids
+    otherwise."""
 
     def __init__(self, graph: Graph, tensors: Iterable[Tensor]) -> None:
         self.graph = graph

@@ -329,7 +329,8 @@ def test_broadcasting_to_a_zero_size_dimension_gives_an_empty_tensor():
 
 
 
-def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_ids(monkeypatch):
+def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_ids(
+        monkeypatch):
     """A dynamic slice's pick of a tile's columns joins runs of columns a row apart
     (``strided_columns``) and single runs: disjoint runs have no repeats, known from the runs
     alone; runs that meet have.  Parts of different variables have none if none has any."""

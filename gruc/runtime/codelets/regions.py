@@ -201,7 +201,8 @@ def tile_regions(tensor: Tensor, elements: np.ndarray | None = None
     parts = list(joined_parts(tensor))
     if len(parts) > 1 and all(whole_variable(part) for part in parts) \
             and len({part.variables()[0].index for part in parts}) == len(parts):
-        return _whole_variables_regions(sorted(parts, key=lambda part: part.variables()[0].first_id))
+        return _whole_variables_regions(sorted(parts,
+                                               key=lambda part: part.variables()[0].first_id))
     ids = distinct(tensor.flat_ids())
     if not len(ids):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
