@@ -52,7 +52,6 @@ from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError
 from gruc.ir.codelets.conv_costs import reduce_stages
 from gruc.ir.codelets.matmul import MATMUL_PARTIALS, MATMUL_REDUCE, MATMUL_TYPES, Blocking
 from gruc.ir.graph import Graph, check_op_args
-from gruc.ir.mapping import TileMapping
 from gruc.ir.program import Copy, Execute, Sequence as Seq
 from gruc.ir.tensor import Tensor, as_ints, require_writable
 from gruc.ops.elementwise import finite_scale, scaled_add_to
@@ -206,13 +205,16 @@ def spread_tiles(geometry: Blocking, letters: str, orientation: str,
         position.append((np.arange(axis.size) - block * axis.block).reshape(shape))
         extent.append(axis.block_sizes()[block].reshape(shape))
     within = (position[0] * extent[1] + position[1]) * extent[2] + position[2]
-    index[over] = within * users // (extent[0] * extent[1] * extent[2])
-    grid = block_tile_grid(geometry, orientation, tile_order)
+    within *= users  # in place: a wide layer's weights are 45 million elements, 8 bytes each
+    within //= extent[0] * extent[1] * extent[2]
+    index[over] = within
+    grid = block_tile_grid(geometry, orientation, tile_order).astype(np.int32)
     return grid[index["g"], index["k"], index["m"], index["n"]]
 
 
 def _set_tiles(graph: Graph, tensor: Tensor, tiles: np.ndarray) -> None:
-    graph.set_tile_mapping(tensor, TileMapping.from_element_tiles(tiles.reshape(-1)))
+    """Map ``tensor`` by the tile of each element (no runs made and expanded again)."""
+    graph.set_tile_mapping(tensor, tiles.reshape(tensor.shape))
 
 
 def _map_operand(graph: Graph, tensor: Tensor, plan: MatMulPlan, letters: str) -> None:
