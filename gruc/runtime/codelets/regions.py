@@ -97,23 +97,11 @@ class VariableTiles:
         if last - first - 1 <= _SCANNED_GAP:
             between = np.arange(first + 1, last, dtype=np.int64)
             return bool(np.any(self.tiles_of(between) == tile))
-        self._sorted()
-        begin = self._starts[tile]
-        at = self._order[begin:begin + self._counts[tile]]  # the tile's positions, ascending
-        if not len(at):
-            return False
-        if not self.repeats:
-            return bool(np.searchsorted(at, last) - np.searchsorted(at, first, side="right"))
-        if last - first - 1 >= self.length:
-            return True
-        low, high = (first + 1) % self.length, (last - 1) % self.length
-        if low <= high:
-            return bool(np.searchsorted(at, high, side="right") - np.searchsorted(at, low))
-        return bool(at[-1] >= low or at[0] <= high)
+        return bool(self.tiles_between(np.array([first]), np.array([last]), tile)[0])
 
     def tiles_between(self, firsts: np.ndarray, lasts: np.ndarray, tile: int) -> np.ndarray:
         """:meth:`tile_between` of each pair ``firsts[k] < lasts[k]`` at once, from the row
-        sorted by tile: a wide layer's slice vertex asks it of every gap between its runs (half
+        sorted by tile (a long gap's answer for :meth:`tile_between` too): a wide layer's slice vertex asks it of every gap between its runs (half
         a million questions a training layer at H = 2,759, one at a time most of a second each
         thousand)."""
         gap = lasts - firsts > 1
