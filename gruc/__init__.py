@@ -24,7 +24,7 @@ _PUBLIC = {
     "gruc.ir.mapping": ("TileMapping",),
     "gruc.ir.module": ("Module",),
     "gruc.ir.program": ("Program", "Sequence", "Execute", "Copy", "WriteUndef", "Repeat",
-                        "RepeatWhileTrue", "If", "Call", "PrintTensor", "Sync"),
+                        "RepeatWhileTrue", "TimeLoop", "If", "Call", "PrintTensor", "Sync"),
     "gruc.ir.tensor": ("Tensor", "Variable", "concat"),
     "gruc.runtime.engine": ("Engine",),
     "gruc.target": ("Target",),

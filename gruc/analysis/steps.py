@@ -29,7 +29,7 @@ from gruc.ir.effects import Effect, EffectTable
 from gruc.ir.graph import Function
 from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+                             RepeatWhileTrue, Sequence, Sync, TimeLoop, WriteUndef)
 from gruc.ir.tensor import Tensor, Variable
 
 __all__ = ["CallNode", "IfNode", "LeafNode", "RepeatNode", "SequenceNode", "Step", "StepTree",
@@ -194,8 +194,8 @@ class StepTree:
         its path ``where``.  A call records its callee under ``caller`` (for
         :meth:`check_no_recursion`); a node type with nested programs that this does not know is
         refused, never skipped."""
-        if isinstance(node, Sequence):
-            return SequenceNode([self._node(p, where, caller) for p in node.programs])
+        if isinstance(node, (Sequence, TimeLoop)):  # a time loop runs as [reset, loop]
+            return SequenceNode([self._node(p, where, caller) for p in node.children()])
         if isinstance(node, Repeat):
             return RepeatNode(node.count, self._node(node.body, f"{where}/repeat {node.count}", caller))
         if isinstance(node, RepeatWhileTrue):

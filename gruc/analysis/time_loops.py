@@ -1,13 +1,14 @@
-"""Time loops: the RNN loops ``shard`` splits, found in a module and described exactly.
+"""Time loops: what an RNN's ``TimeLoop`` nodes slice, row by row, checked against what they say.
 
-A *time loop* is a ``Repeat(n, body)`` in an entry Sequence whose body slices and updates
-*sequence tensors* with ``DynamicSlice`` / ``DynamicUpdate`` vertices (one row of an ``[n, M]``
-base) at a one-element *counter*.  The counter is set by a ``Copy`` from a constant before the
-loop, moved by ``+1`` / ``-1`` by a one-vertex ``MapInPlace`` as the first or last step of the
-body, and read by nothing else.  Those facts pin down which row each step touches, which is what
-cutting the time axis needs; anything that breaks one of them raises ``GrucProgramError`` saying
-which, rather than being guessed around.  An analysis apart from the pass (like liveness), so
-tests and benchmarks can ask which tensors are sequences.
+A :class:`~gruc.ir.program.TimeLoop` names its counter, its direction, its shard and the
+absolute time steps it covers.  What cutting its time axis needs besides is which element of
+which sequence tensor each step touches: the bases of its ``DynamicSlice`` / ``DynamicUpdate``
+vertices (one row of an ``[n, M]`` base) at the counter.  :func:`find_time_loops` reads that off
+the body and checks the node's claims on the way: the body moves the counter by one in the
+declared direction, first or last, once; nothing else reads the counter or a whole sequence; the
+reset starts the counter where the first step needs it.  Anything else raises
+``GrucProgramError`` saying which, rather than being guessed around.  An analysis apart from the
+``shard`` pass (like liveness), so tests and benchmarks can ask which tensors are sequences.
 """
 
 from __future__ import annotations
@@ -24,32 +25,43 @@ from gruc.ir.codelets.elementwise import MAP_IN_PLACE
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import ComputeSet, Graph
 from gruc.ir.module import Module
-from gruc.ir.program import Call, Copy, Execute, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.program import Call, Execute, Program, Repeat, RepeatWhileTrue, Sequence, TimeLoop
 from gruc.ir.tensor import Variable
 
-__all__ = ["TimeLoop", "find_time_loops"]
+__all__ = ["SlicedLoop", "find_time_loops"]
 
 _DYNAMIC = (DYNAMIC_SLICE, DYNAMIC_UPDATE)
 
 
 @dataclass(eq=False)
-class TimeLoop:
-    """One matched time loop (see the module docstring)."""
+class SlicedLoop:
+    """A fixed-length time loop and the rows it slices (see the module docstring)."""
 
-    loop: Repeat
-    init: Copy
-    counter: Variable
-    step: int
-    """+1 (forward) or -1 (reverse)."""
+    node: TimeLoop
     advance_first: bool
+    """Whether the body moves the counter before its first slice (else after its last store)."""
     dynamic: tuple[ComputeSet, ...]
     """The compute sets of the body holding the slice / update vertices."""
     rows: dict[int, tuple[np.ndarray, np.ndarray]]
     """Per sequence variable (index): the element ids the loop's bases view and each one's row."""
 
     @property
+    def loop(self) -> Repeat:
+        return self.node.loop
+
+    @property
+    def counter(self) -> Variable:
+        (variable,) = self.node.counter.variables()
+        return variable
+
+    @property
+    def step(self) -> int:
+        """+1 (forward) or -1 (reverse)."""
+        return self.node.direction
+
+    @property
     def steps(self) -> int:
-        return self.loop.count
+        return self.node.steps
 
 
 def _scalar(tensor) -> int | None:
@@ -83,19 +95,22 @@ def _leaves(node: Program) -> list[Program]:
     return [node]
 
 
-def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> TimeLoop | None:
-    """The time loop at ``parent.programs[at]``, None if that Repeat slices nothing."""
-    loop = parent.programs[at]
+def _match(graph: Graph, effects: EffectTable, node: TimeLoop) -> SlicedLoop:
+    """The rows a fixed-length time loop slices, its claims checked (see the module docstring)."""
+    loop = node.loop
+    (counter,) = node.counter.variables()
+    expect(node.counter.num_elements == counter.num_elements, GrucProgramError,
+           f"time loop counter {counter.name!r} is a view of a larger variable; a counter is a "
+           "one-element variable of its own")
     dynamic = [cs for cs in dict.fromkeys(n.compute_set for n in loop.body.walk()
                                           if isinstance(n, Execute))
                if any(v.kind in _DYNAMIC for v in cs.vertices)]
-    if not dynamic:
-        return None
     offsets = {v.fields["offset"].variables()[0] for cs in dynamic for v in cs.vertices
                if v.kind in _DYNAMIC}
-    expect(len(offsets) == 1, GrucProgramError,
-           f"time loop slices at {len(offsets)} different offsets; one counter is needed")
-    (counter,) = offsets
+    expect(offsets == {counter}, GrucProgramError,
+           f"the time loop over counter {counter.name!r} slices at "
+           f"{sorted(v.name for v in offsets) or 'no offset'}; every row it slices or stores "
+           "is at its counter")
     rows: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
     for cs in dynamic:
         others = sorted({v.kind.name for v in cs.vertices if v.kind not in _DYNAMIC})
@@ -106,9 +121,9 @@ def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> Tim
         for v in cs.vertices:
             base, window = v.fields["base"], v.fields.get("out", v.fields.get("update"))
             expect(v.fields["offset"].num_elements == 1
-                   and base.rank == 2 and base.dim(0) == loop.count and window.dim(0) == 1,
+                   and base.rank == 2 and base.dim(0) == node.steps and window.dim(0) == 1,
                    GrucProgramError, f"compute set {cs.name!r} is not one-row slices of "
-                                     f"{loop.count}-row bases at one counter")
+                                     f"{node.steps}-row bases at one counter")
             ids = base.flat_ids()
             row = np.repeat(np.arange(base.dim(0)), base.dim(1))
             owner = graph.variable_of_id(ids)
@@ -121,53 +136,49 @@ def _match(graph: Graph, effects: EffectTable, parent: Sequence, at: int) -> Tim
                 and _advance(n.compute_set, counter) is not None]
     expect(len(advances) == 1 and advances[0] in (0, len(leaves) - 1), GrucProgramError,
            f"counter {counter.name!r} must be moved once, first or last in the loop body")
-    step = _advance(leaves[advances[0]].compute_set, counter)
-    for node in leaves:
-        reads = effects.of(node).touched
-        if isinstance(node, Call):
-            reads = reads | {v for n in node.function.program.walk() for v in effects.of(n).touched}
-        if isinstance(node, Execute) and node.compute_set in dynamic:
-            bases = {w.index for v in node.compute_set.vertices for w in v.fields["base"].variables()}
+    moved = _advance(leaves[advances[0]].compute_set, counter)
+    expect(moved == node.direction, GrucProgramError,
+           f"the {'reverse' if node.reverse else 'forward'} time loop moves counter "
+           f"{counter.name!r} by {moved:+d}")
+    for leaf in leaves:
+        reads = effects.of(leaf).touched
+        if isinstance(leaf, Call):
+            reads = reads | {v for n in leaf.function.program.walk() for v in effects.of(n).touched}
+        if isinstance(leaf, Execute) and leaf.compute_set in dynamic:
+            bases = {w.index for v in leaf.compute_set.vertices
+                     for w in v.fields["base"].variables()}
             window = reads - bases - {counter.index}
             expect(not window & sequences, GrucProgramError,
-                   f"compute set {node.compute_set.name!r} uses a sequence tensor as a row")
-        elif node is not leaves[advances[0]]:
+                   f"compute set {leaf.compute_set.name!r} uses a sequence tensor as a row")
+        elif leaf is not leaves[advances[0]]:
             expect(counter.index not in reads and not reads & sequences, GrucProgramError,
                    f"a step of the time loop reads counter {counter.name!r} or a whole sequence "
                    "tensor; the time axis cannot be cut under it")
-    init = next((n for n in reversed(parent.programs[:at])
-                 if counter.index in effects.of(n).writes | effects.of(n).reads), None)
-    expect(isinstance(init, Copy) and _scalar(init.src) is not None, GrucProgramError,
-           f"counter {counter.name!r} must be set from a constant just before its loop")
-    first = 0 if step == 1 else loop.count - 1
-    start = first - step * (advances[0] == 0)
-    expect(_scalar(init.src) == int(np.array(start).astype(counter.dtype.storage)),
-           GrucProgramError, f"counter {counter.name!r} starts at {_scalar(init.src)}; the loop "
-                             f"visits rows 0..{loop.count - 1} only from {start}")
-    return TimeLoop(loop, init, counter, step, advances[0] == 0, tuple(dynamic),
-                    {v: (np.concatenate(i), np.concatenate(r)) for v, (i, r) in rows.items()})
+    first = 0 if node.direction == 1 else node.steps - 1
+    start = first - node.direction * (advances[0] == 0)
+    value = _scalar(node.reset.src)
+    expect(value == int(np.array(start).astype(counter.dtype.storage)), GrucProgramError,
+           f"counter {counter.name!r} starts at {value if value is not None else 'a variable'}; "
+           f"the loop visits rows 0..{node.steps - 1} only from {start}")
+    return SlicedLoop(node, advances[0] == 0, tuple(dynamic),
+                      {v: (np.concatenate(i), np.concatenate(r)) for v, (i, r) in rows.items()})
 
 
-def find_time_loops(module: Module) -> tuple[list[TimeLoop], list[RepeatWhileTrue]]:
-    """The module's time loops, and its variable-length loops that slice at a counter."""
+def find_time_loops(module: Module) -> tuple[list[SlicedLoop], list[TimeLoop]]:
+    """The module's fixed-length time loops with the rows they slice, and its variable-length
+    ones (a ``RepeatWhileTrue`` loop: its trips are only known at run time)."""
     graph, effects = module.graph, EffectTable(module.graph)
     uses = Counter(id(node) for node in module.walk())
     loops, variable, seen = [], [], set()
     for node in (n for program in module.programs for n in program.walk()):
-        if id(node) in seen:
+        if not isinstance(node, TimeLoop) or id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, RepeatWhileTrue) and any(
-                isinstance(n, Execute) and any(v.kind in _DYNAMIC for v in n.compute_set.vertices)
-                for n in node.body.walk()):
+        expect(uses[id(node)] == 1, GrucProgramError,
+               f"the time loop over counter {node.counter.variables()[0].name!r} is shared by "
+               "several places in the program")
+        if isinstance(node.loop, RepeatWhileTrue):
             variable.append(node)
-        if not isinstance(node, Sequence):
-            continue
-        for at, child in enumerate(node.programs):
-            found = _match(graph, effects, node, at) if isinstance(child, Repeat) else None
-            if found is not None:
-                expect(uses[id(child)] == 1 and uses[id(found.init)] == 1, GrucProgramError,
-                       f"the time loop over counter {found.counter.name!r} is shared by several "
-                       "places in the program")
-                loops.append(found)
+        else:
+            loops.append(_match(graph, effects, node))
     return loops, variable

@@ -29,7 +29,7 @@ from gruc.ir.mapping import UNMAPPED
 from gruc.ir.module import Module
 from gruc.ir.printer import MappingGroup
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+                             RepeatWhileTrue, Sequence, Sync, TimeLoop, WriteUndef)
 from gruc.ir.tensor import Tensor
 from gruc.target import Target
 from gruc.types import DType
@@ -549,11 +549,13 @@ class _Parser:
                     self.fail("'}' closing the block")
                 children.append(self.program(depth + 1))
             return Sequence(*children)
-        if keyword not in ("execute", "copy", "write_undef", "repeat", "while", "if", "call",
-                           "print", "sync"):
-            self.fail("a program ({...}, execute, copy, write_undef, repeat, while, if, call, "
-                      "print or sync)")
+        if keyword not in ("execute", "copy", "write_undef", "repeat", "while", "timeloop", "if",
+                           "call", "print", "sync"):
+            self.fail("a program ({...}, execute, copy, write_undef, repeat, while, timeloop, "
+                      "if, call, print or sync)")
         self.pos += 1
+        if keyword == "timeloop":
+            return self.time_loop(k, depth)
         if keyword == "execute":
             return Execute(self.symbol_ref(builder.compute_sets, "compute set"))
         if keyword == "call":
@@ -588,6 +590,24 @@ class _Parser:
         otherwise = self.program(depth + 1)
         with self.at(k):
             return If(predicate, then, otherwise)
+
+
+    def time_loop(self, k: int, depth: int) -> TimeLoop:
+        """``timeloop forward|reverse first N steps N shard K of N { reset loop }``."""
+        direction = self.take("ident", "'forward' or 'reverse'")
+        if direction not in ("forward", "reverse"):
+            self.fail("'forward' or 'reverse'", self.pos - 1)
+        values = {}
+        for word in ("first", "steps", "shard", "of"):
+            self.punct(word, f"'{word}'")
+            values[word] = self.nonneg(f"the time loop's {word} (an integer >= 0)")
+        self.punct("{", "'{' opening the time loop's reset and loop")
+        reset = self.program(depth + 1)
+        loop = self.program(depth + 1)
+        self.punct("}", "'}' closing the time loop (its reset, then its loop)")
+        with self.at(k):
+            return TimeLoop(reset, loop, direction == "reverse", values["first"],
+                            values["steps"], values["shard"], values["of"])
 
 
 def parse_module(text: str) -> Module:

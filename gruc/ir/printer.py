@@ -27,7 +27,7 @@ from gruc.ir.layout import SliceOp, ViewOp
 from gruc.ir.mapping import UNMAPPED, runs_of
 from gruc.ir.module import Module
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+                             RepeatWhileTrue, Sequence, Sync, TimeLoop, WriteUndef)
 from gruc.ir.tensor import Tensor, Variable
 from gruc.types import BOOL, DType
 
@@ -475,6 +475,13 @@ class _Printer:
             self.emit(None, INDENT * depth + "}")
         elif isinstance(node, Repeat):
             self.statement(node.body, depth, head + f"repeat {node.count} ")
+        elif isinstance(node, TimeLoop):
+            self.emit(None, head + f"timeloop {'reverse' if node.reverse else 'forward'} first "
+                      f"{node.first_step} steps {node.steps} shard {node.shard} of "
+                      f"{node.shards} {{")
+            for child in node.children():
+                self.statement(child, depth + 1, INDENT * (depth + 1))
+            self.emit(None, INDENT * depth + "}")
         elif isinstance(node, RepeatWhileTrue):
             self.statement(node.condition, depth, head + "while ")
             self.statement(node.body, depth, self.lines.pop() + f" {self.name(node.predicate)} ")

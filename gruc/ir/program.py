@@ -2,7 +2,8 @@
 
 A program is a tree: ``Sequence`` of steps, ``Execute`` of a compute set, ``Copy`` between
 tensors (an exchange when they are on different tiles), ``WriteUndef`` (declares a tensor's value
-dead, which frees its bytes for others), loops (``Repeat``, ``RepeatWhileTrue``), ``If``,
+dead, which frees its bytes for others), loops (``Repeat``, ``RepeatWhileTrue``, and an RNN's
+``TimeLoop``, which names its counter, direction, time steps and shard), ``If``,
 ``Call`` of a graph function (code reuse), ``PrintTensor`` and ``Sync``.
 
 Loops stay loops: ``Repeat(10_000, body)`` is one node whatever the trip count, so the IR, the
@@ -201,6 +202,86 @@ class RepeatWhileTrue(Program):
 
 
 @dataclass(frozen=True, eq=False)
+class TimeLoop(Program):
+    """An RNN's time loop: ``reset`` sets the step counter, then ``loop`` runs the steps.
+
+    Why a node of its own: a time loop is what sharding cuts and what trip counting counts, and
+    both need facts a bare ``Repeat`` cannot say — which tensor is the counter, which way it
+    runs, which absolute time steps its rows are, and which shard of how many it is.  The node
+    says them; it runs exactly as the Sequence ``[reset, loop]``, so everything that only runs
+    or costs a program sees the same steps.
+
+    * ``reset``: the ``Copy`` into the one-element counter (:attr:`counter`);
+    * ``loop``: ``Repeat(steps, body)``, or ``RepeatWhileTrue`` when row lengths end it early;
+      the body slices and updates rows of the sequences at the counter and moves the counter by
+      one, up (``reverse`` False) or down;
+    * ``first_step``: the absolute time step of the loop's row 0 (its shard's first step);
+    * ``steps``: the rows the loop visits at most (its shard's steps);
+    * ``shard`` of ``shards``: which part of the time axis this loop covers.
+    """
+
+    reset: Program
+    loop: Program
+    reverse: bool
+    first_step: int
+    steps: int
+    shard: int = 0
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reset, Copy) or self.reset.dst.num_elements != 1:
+            raise GrucTypeError("TimeLoop reset must be a Copy into a one-element counter, got "
+                                f"{type(self.reset).__name__}")
+        if not isinstance(self.loop, (Repeat, RepeatWhileTrue)):
+            raise GrucTypeError(f"TimeLoop loop must be a Repeat or RepeatWhileTrue, got "
+                                f"{type(self.loop).__name__}")
+        if not isinstance(self.reverse, (bool, np.bool_)):
+            raise GrucTypeError(f"TimeLoop reverse must be a bool, got {self.reverse!r}")
+        object.__setattr__(self, "reverse", bool(self.reverse))
+        for name in ("first_step", "steps", "shard", "shards"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+                raise GrucTypeError(f"TimeLoop {name} must be an integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        if self.first_step < 0 or self.steps < 1 or not 0 <= self.shard < self.shards:
+            raise GrucValueError(
+                f"TimeLoop needs first_step >= 0, steps >= 1 and 0 <= shard < shards, got "
+                f"first_step={self.first_step}, steps={self.steps}, shard {self.shard} of "
+                f"{self.shards}")
+        if isinstance(self.loop, Repeat) and self.loop.count != self.steps:
+            raise GrucValueError(f"TimeLoop of {self.steps} steps repeats {self.loop.count} "
+                                 "times; a fixed-length time loop runs every step")
+
+    @property
+    def counter(self) -> "Tensor":
+        """The one-element step counter the body slices at."""
+        return self.reset.dst
+
+    @property
+    def direction(self) -> int:
+        """+1 when the counter counts up, -1 when it counts down."""
+        return -1 if self.reverse else 1
+
+    def trips(self, longest: int) -> int:
+        """How often the loop runs its body when the longest sequence has ``longest`` steps: the
+        rows of its shard before that length."""
+        return min(max(longest - self.first_step, 0), self.steps)
+
+    def children(self) -> tuple[Program, ...]:
+        return (self.reset, self.loop)
+
+    def with_children(self, children: Sequence_[Program]) -> Program:
+        """The same time loop over new children; a loop a rewrite turned into something else (a
+        one-step ``Repeat`` is its body) is no time loop any more: the Sequence it runs as."""
+        reset, loop = children
+        if not isinstance(reset, Copy) or not isinstance(loop, (Repeat, RepeatWhileTrue)) \
+                or isinstance(loop, Repeat) and loop.count != self.steps:
+            return Sequence(reset, loop)
+        return TimeLoop(reset, loop, self.reverse, self.first_step, self.steps, self.shard,
+                        self.shards)
+
+
+@dataclass(frozen=True, eq=False)
 class If(Program):
     """Run ``then`` if the scalar ``predicate`` is non-zero, else ``otherwise``."""
 
@@ -265,8 +346,8 @@ def fewest_executions(program: Program) -> int:
     functions: dict[int, int] = {}
 
     def fewest(node: Program) -> int:
-        if isinstance(node, Sequence):
-            return sum(fewest(child) for child in node.programs)
+        if isinstance(node, (Sequence, TimeLoop)):
+            return sum(fewest(child) for child in node.children())
         if isinstance(node, Repeat):
             return node.count * fewest(node.body)
         if isinstance(node, RepeatWhileTrue):

@@ -23,7 +23,7 @@ from gruc.ir.builder import DTYPES, ModuleBuilder
 from gruc.ir.printer import (Naming, constant_runs, format_param, ordered_fields, ordered_params,
                              variable_groups, view_args)
 from gruc.ir.program import (Call, Copy, Execute, If, PrintTensor, Program, Repeat,
-                             RepeatWhileTrue, Sequence, Sync, WriteUndef)
+                             RepeatWhileTrue, Sequence, Sync, TimeLoop, WriteUndef)
 from gruc.target import Target
 from gruc.types import DType
 
@@ -77,6 +77,10 @@ def _program(naming: Naming, node: Program) -> dict[str, Any]:
         return {"op": "write_undef", "tensor": name(node.tensor)}
     if isinstance(node, Repeat):
         return {"op": "repeat", "count": node.count, "body": _program(naming, node.body)}
+    if isinstance(node, TimeLoop):
+        return {"op": "timeloop", "reverse": node.reverse, "first": node.first_step,
+                "steps": node.steps, "shard": node.shard, "shards": node.shards,
+                "reset": _program(naming, node.reset), "loop": _program(naming, node.loop)}
     if isinstance(node, RepeatWhileTrue):
         return {"op": "while", "cond": _program(naming, node.condition),
                 "pred": name(node.predicate), "body": _program(naming, node.body)}
@@ -361,6 +365,10 @@ class _Loader:
             "write_undef": lambda: WriteUndef(tensor("tensor")),
             "repeat": lambda: Repeat(self.get(node, "count", path, int), sub("body")),
             "while": lambda: RepeatWhileTrue(sub("cond"), tensor("pred"), sub("body")),
+            "timeloop": lambda: TimeLoop(sub("reset"), sub("loop"),
+                                         self.get(node, "reverse", path, bool),
+                                         *(self.get(node, key, path, int)
+                                           for key in ("first", "steps", "shard", "shards"))),
             "if": lambda: If(tensor("pred"), sub("then"), sub("else")),
             "call": lambda: Call(symbol("func", builder.functions)),
             "print": lambda: PrintTensor(self.get(node, "label", path, str), tensor("tensor")),
@@ -375,7 +383,9 @@ class _Loader:
 
 _PROGRAM_KEYS = {"seq": ("body",), "execute": ("cs",), "copy": ("src", "dst"),
                  "write_undef": ("tensor",), "repeat": ("count", "body"),
-                 "while": ("cond", "pred", "body"), "if": ("pred", "then", "else"),
+                 "while": ("cond", "pred", "body"),
+                 "timeloop": ("reverse", "first", "steps", "shard", "shards", "reset", "loop"),
+                 "if": ("pred", "then", "else"),
                  "call": ("func",), "print": ("label", "tensor"), "sync": ()}
 """The keys of each program node besides ``op`` (what :func:`_program` writes)."""
 

@@ -32,7 +32,8 @@ from gruc.errors import GrucError, GrucMappingError, GrucProgramError, GrucVerif
 from gruc.ir.effects import EffectTable
 from gruc.ir.graph import ComputeSet, Graph, Vertex
 from gruc.ir.module import Module
-from gruc.ir.program import Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence
+from gruc.ir.program import (Call, Copy, Execute, If, Program, Repeat, RepeatWhileTrue, Sequence,
+                              TimeLoop)
 from gruc.ir.races import find_race
 from gruc.ir.tensor import Tensor, share_elements
 from gruc.ir.vertices import Direction
@@ -187,6 +188,9 @@ class _Verifier:
                 self.no_repeats(node, node.dst, "Copy destination")
             elif isinstance(node, (If, RepeatWhileTrue)):
                 self.tensor(node, node.predicate, f"{type(node).__name__} predicate")
+            elif isinstance(node, TimeLoop) and node.counter.dtype.storage.kind not in "iu":
+                self.fail(node, f"TimeLoop counter is {node.counter.dtype.name}; a step counter "
+                                "is an integer")
         executed = {id(node.compute_set) for node in self.module.walk() if isinstance(node, Execute)}
         for cs in graph.compute_sets:
             for vertex in cs.vertices:
@@ -276,8 +280,8 @@ class _Initialized:
         failing at the first read nothing could have written.  A call into a function already being
         walked adds nothing (recursion ends); a ``while`` reads its predicate after its condition
         has run."""
-        if isinstance(node, Sequence):
-            for child in node.programs:
+        if isinstance(node, (Sequence, TimeLoop)):
+            for child in node.children():
                 written = self.visit(child, written, program)
             return written
         if isinstance(node, Repeat):

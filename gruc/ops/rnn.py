@@ -15,7 +15,8 @@ the graph.
   holds its elements of one step as one contiguous block, as in poplibs.
 * ``shift_rnn_tensor``: the "previous step" sequence ``out[t] = base[t-1]``, ``out[0] = single``.
 * ``rnn``: the loop builder.  Per shard, in order (reversed, with time reversed, for
-  ``reverse=True``): hand the state over from the previous shard, reset the step counter, and run
+  ``reverse=True``): hand the state over from the previous shard, then a ``TimeLoop`` (shard ``k``
+  of ``N``, its first step and steps named): reset the step counter and run
   ``Repeat(steps, body)`` — or ``RepeatWhileTrue`` when a lengths tensor is given — where ``body``
   dynamically slices the inputs at the counter, calls ``loop_fn``, and dynamically updates the
   output sequences.  The counter, the shard's first step, the loop limits and the per-row masks
@@ -56,7 +57,8 @@ from gruc.errors import GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir import expr as ex
 from gruc.ir.codelets.elementwise import MAP
 from gruc.ir.graph import Function, Graph
-from gruc.ir.program import Call, Copy, Execute, Repeat, RepeatWhileTrue, Sequence as Seq
+from gruc.ir.program import (Call, Copy, Execute, Repeat, RepeatWhileTrue, Sequence as Seq,
+                             TimeLoop)
 from gruc.ir.tensor import Tensor, Variable, concat
 from gruc.ops.dynamic import dynamic_slice, dynamic_update
 from gruc.ops.elementwise import map, map_in_place, map_with_output
@@ -333,19 +335,23 @@ class _LoopBuilder:
         body = self._body(shard)
         limit = self.limits.slice(shard.index, shard.index + 1)
         self.prog.add(Copy(self.shard_begins.slice(shard.index, shard.index + 1), self.begin))
-        self.prog.add(Copy(limit if self.reverse else self.start, self.counter))
+        reset = Copy(limit if self.reverse else self.start, self.counter)
+        steps = shard.end - shard.begin
         if self.lengths is None:
-            self.prog.add(Repeat(shard.end - shard.begin, body))
-            return
-        proceed = self._scalar_variable(BOOL, f"{shard.index}/proceed")
-        condition = Seq()
-        if self.reverse:  # the counter starts at the limit and counts down to 0
-            test, operands = ex.gt(ex.PlaceHolder(1), ex.Const(0)), [self.counter]
+            loop = Repeat(steps, body)
         else:
-            test, operands = ex.lt(ex.PlaceHolder(1), ex.PlaceHolder(2)), [self.counter, limit]
-        map_with_output(self.graph, test, operands, proceed, condition,
-                        f"{self.name}/{shard.index}/continue")
-        self.prog.add(RepeatWhileTrue(condition, proceed, body))
+            proceed = self._scalar_variable(BOOL, f"{shard.index}/proceed")
+            condition = Seq()
+            if self.reverse:  # the counter starts at the limit and counts down to 0
+                test, operands = ex.gt(ex.PlaceHolder(1), ex.Const(0)), [self.counter]
+            else:
+                test, operands = ex.lt(ex.PlaceHolder(1), ex.PlaceHolder(2)), [self.counter,
+                                                                                limit]
+            map_with_output(self.graph, test, operands, proceed, condition,
+                            f"{self.name}/{shard.index}/continue")
+            loop = RepeatWhileTrue(condition, proceed, body)
+        self.prog.add(TimeLoop(reset, loop, self.reverse, shard.begin, steps, shard.index,
+                               len(self.bounds)))
 
     def _body(self, shard: _Shard) -> Seq:
         """One step: slice the rows at the counter, run the cell, store the results."""

@@ -10,13 +10,12 @@ tile set, so a tile holds ``S / N`` steps instead of ``S``: the sequence bytes p
 step rows crossing from the shard's tiles to the cell's, and of using more tiles.  The results do
 not change: every step still runs the same cell on the same values, in the same order.
 
-What it matches (:mod:`gruc.analysis.time_loops`).  A *time loop* is a ``Repeat(n, body)`` in an entry Sequence whose body slices
-and updates *sequence tensors* with ``DynamicSlice`` / ``DynamicUpdate`` vertices (one row of an
-``[n, M]`` base) at a one-element *counter*.  The counter is set by a ``Copy`` from a constant
-before the loop, moved by ``+1`` / ``-1`` by a one-vertex ``MapInPlace`` as the first or last step
-of the body, and read by nothing else; so the rows the loop visits are known exactly, forward or
-reverse.  The sequence tensors are the variables those bases view; a variable copied element for
-element, on the same tiles, to or from one (the host's input of a layer) follows its placement.
+What it splits.  The module's ``TimeLoop`` nodes (:class:`~gruc.ir.program.TimeLoop`): each
+names its counter, its direction and the time steps it covers; :mod:`gruc.analysis.time_loops`
+reads off the body which rows of which *sequence tensors* (the bases of its ``DynamicSlice`` /
+``DynamicUpdate`` vertices at the counter) every step touches, and checks the node's claims.
+A variable copied element for element, on the same tiles, to or from a sequence (the host's
+input of a layer) follows its placement.
 
 What it does (``N`` shards, poplibs' bounds :func:`~gruc.rnn_geometry.shard_time_bounds`):
 
@@ -25,11 +24,12 @@ What it does (``N`` shards, poplibs' bounds :func:`~gruc.rnn_geometry.shard_time
   relative to shard 0, so it needs no layer sizes, and it reproduces what ``rnn`` builds with
   ``num_shards=N``.  The shard tile sets of each tensor must be disjoint, so ``N`` is at most the
   smallest cyclic gap between the tiles one step uses (poplibs' ``maxShards``);
-* the loop becomes ``N`` loops (in reverse order for a reverse loop), each starting the counter
-  afresh and slicing its rows of every base, its slice and update vertices on the shard's tiles
-  (a slice fills a row buffer there and a Copy moves the row on: a vertex writes only its own
-  tile).  The rest of the body — the cell, its state and its row buffers — is shared by all shards, as
-  with poplibs' code reuse, so there is no state to hand over between shards.
+* the time loop becomes ``N`` time loops (in reverse order for a reverse loop), shard ``k`` of
+  ``N`` each, starting the counter afresh and slicing its rows of every base, its slice and
+  update vertices on the shard's tiles (a slice fills a row buffer there and a Copy moves the
+  row on: a vertex writes only its own tile).  The rest of the body — the cell, its state and
+  its row buffers — is shared by all shards, as with poplibs' code reuse, so there is no state
+  to hand over between shards.
 
 Placement is the one thing the shared-graph policy (:mod:`gruc.passes.rewrite`) does not let a pass
 change, and host-visible sequences must move too; so this pass works on a copy of the whole graph
@@ -40,9 +40,9 @@ programs are untouched.
 ``num-shards``: the count (1 .. the largest that fits).  0 (the default) is poplibs' GRU memory
 heuristic read off the IR: as many shards as let the sequence tensors of the busiest tile take
 10% of its memory, at most the largest count that fits (``getNumShards``, ``getMaxShards``).
-A module whose loops are already split (built with ``shards=k``) is left as it is for 0 or ``k``
-and refused otherwise.  Variable-length loops (``RepeatWhileTrue``) are refused unless left as
-they are.
+A module whose time loops are already split (they say shard ``j`` of ``k``: built with
+``shards=k``) is left as it is for 0 or ``k`` and refused otherwise.  Variable-length time
+loops (a ``RepeatWhileTrue`` inside) are refused unless left as they are.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from gruc.analysis.time_loops import TimeLoop, find_time_loops
+from gruc.analysis.time_loops import SlicedLoop, find_time_loops
 from gruc.errors import GrucOptionError, GrucProgramError, expect
 from gruc.ir.graph import ComputeSet, Graph
 from gruc.ir.graph_copy import copy_module
 from gruc.ir.mapping import TileMapping
 from gruc.ir.module import Module
-from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence
+from gruc.ir.program import Copy, Execute, Program, Repeat, Sequence, TimeLoop
 from gruc.ir.tensor import Tensor, Variable, concat
 from gruc.passes.rebase import add_vertex_like
 from gruc.passes.rewrite import (pass_output, rebuild, rebuild_programs, replacing,
@@ -81,10 +81,10 @@ def shard_count(module: Module) -> int | None:
     """How many shards the module's fixed-length time loops are split into (None: it has none),
     whether the layer was built sharded or this pass split it."""
     loops, _ = find_time_loops(module)
-    return _current(module.graph, loops) if loops else None
+    return _current(loops) if loops else None
 
 
-def _placement(module: Module, loops: list[TimeLoop], count: int) -> np.ndarray:
+def _placement(module: Module, loops: list[SlicedLoop], count: int) -> np.ndarray:
     """The shard of every element id (-1: not a sequence element) for ``count`` shards."""
     graph = module.graph
     last = graph.variables[-1]
@@ -125,7 +125,7 @@ def _placement(module: Module, loops: list[TimeLoop], count: int) -> np.ndarray:
             return shard
 
 
-def _max_shards(module: Module, loops: list[TimeLoop], shard: np.ndarray) -> int:
+def _max_shards(module: Module, loops: list[SlicedLoop], shard: np.ndarray) -> int:
     """poplibs' ``getMaxShards`` read off the placement: disjoint shifted tile sets, each
     shard keeping at least one step of the shortest loop."""
     graph = module.graph
@@ -151,19 +151,12 @@ def _heuristic(module: Module, shard: np.ndarray, max_shards: int) -> int:
     return max(1, min(math.ceil(per_tile.max(initial=0) / budget), max_shards))
 
 
-def _current(graph: Graph, loops: list[TimeLoop]) -> int:
-    """How many shards the loops are split into already (1 if every loop sees whole tensors).
-    A variable one shard's loop sees whole (a per-shard buffer, as the backward pass's previous
-    outputs) says nothing about the count; the ranges of the variables cut between loops do."""
-    ranges: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    for loop in loops:
-        for v, (ids, _) in loop.rows.items():
-            if len(np.unique(ids)) != graph.variables[v].num_elements:
-                ranges[v].add((int(ids.min()), int(ids.max())))
-    counts = {len(r) for r in ranges.values()}
-    expect(len(counts) <= 1, GrucProgramError,
+def _current(loops: list[SlicedLoop]) -> int:
+    """How many shards the loops are split into already: what their time loops say."""
+    counts = {loop.node.shards for loop in loops}
+    expect(len(counts) == 1, GrucProgramError,
            f"the time loops split their sequences into different shard counts {sorted(counts)}")
-    return counts.pop() if counts else 1
+    return counts.pop()
 
 
 def _shard_compute_set(graph: Graph, cs: ComputeSet, begin: int, end: int, k: int) -> Program:
@@ -190,8 +183,9 @@ def _shard_compute_set(graph: Graph, cs: ComputeSet, begin: int, end: int, k: in
     return Sequence(Execute(new), *copies) if copies else Execute(new)
 
 
-def _shard_loop(graph: Graph, loop: TimeLoop, count: int) -> Sequence:
-    """``loop`` as one loop per shard, each slicing its rows with vertices on the shard's tiles."""
+def _shard_loop(graph: Graph, loop: SlicedLoop, count: int) -> Sequence:
+    """``loop`` as one time loop per shard, each slicing its rows with vertices on the shard's
+    tiles."""
     bounds = shard_time_bounds(loop.steps, count)
     order = range(count) if loop.step == 1 else range(count - 1, -1, -1)
     items: list[Program] = []
@@ -207,7 +201,9 @@ def _shard_loop(graph: Graph, loop: TimeLoop, count: int) -> Sequence:
                                    f"{loop.counter.name}/shard{k}_start")
         graph.set_tile_mapping(start, TileMapping.from_element_tiles(
             graph.element_tiles(loop.counter)))
-        items += [Copy(start, loop.counter), Repeat(end - begin, body)]
+        items.append(TimeLoop(Copy(start, loop.counter), Repeat(end - begin, body),
+                              loop.node.reverse, loop.node.first_step + begin, end - begin, k,
+                              count))
     return Sequence(*items)
 
 
@@ -235,7 +231,7 @@ class Shard:
                    "found no fixed-length time loop to shard" + (
                        " (variable-length loops are not sharded)" if variable else ""))
             return pass_output(module)
-        current = _current(module.graph, loops)
+        current = _current(loops)
         shard = _placement(module, loops, 1)
         most = _max_shards(module, loops, shard) if current == 1 else current
         wanted = self.num_shards or (current if current > 1 else _heuristic(module, shard, most))
@@ -262,6 +258,5 @@ class Shard:
             graph.set_tile_mapping(variable, TileMapping.from_element_tiles(tiles))
         replacements: dict[int, Program | None] = {}
         for loop in loops:
-            replacements[id(loop.init)] = None
-            replacements[id(loop.loop)] = _shard_loop(graph, loop, wanted)
+            replacements[id(loop.node)] = _shard_loop(graph, loop, wanted)
         return pass_output(rebuild_programs(module, replacing(replacements)))

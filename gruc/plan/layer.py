@@ -7,8 +7,8 @@ plan and step costs — no lowering, no kernels — and counts steps statically
 each shard when rows have lengths (``--variable-time-steps`` or ``--with-real-time-steps``): a
 ``RepeatWhileTrue`` that runs ``clamp(max(lengths) - begin, 0, steps)`` times for a shard of
 ``steps`` steps starting at ``begin`` — the loop limit the layer itself computes on tile 0, in
-either direction.  The layer's program holds one forward time loop per shard (shards in order)
-and, for the training phases, one or two reverse loops per shard (shards in reverse order).  The
+either direction.  Each such loop is held by a ``TimeLoop`` node that says its shard's first
+step and steps, so the count is read off the program whatever its shards and phases.  The
 lengths are the ones a run writes: the flag's values, or for real time steps the seeded random
 lengths of :func:`~gruc.tools.gru_layer.host_data` — so the plan equals the run exactly, not
 under a maximum-length assumption.
@@ -28,14 +28,14 @@ import numpy as np
 from gruc.analysis.liveness import Liveness
 from gruc.analysis.steps import Step
 from gruc.errors import GrucProgramError
-from gruc.ir.program import Copy, Execute, If, RepeatWhileTrue, WriteUndef
+from gruc.ir.module import Module
+from gruc.ir.program import Copy, Execute, If, RepeatWhileTrue, TimeLoop, WriteUndef
 from gruc.passes.pipeline import parse_pipeline
 from gruc.passes.shard import Shard, shard_count
 from gruc.plan.figures import phase_cycles
 from gruc.plan.planned import effective_pipeline
 from gruc.plan.static import StaticProgram, plan_report
 from gruc.popnn import gru
-from gruc.rnn_geometry import shard_time_bounds
 from gruc.runtime.engine import CompiledProgram, compile_program
 from gruc.runtime.report import Cycles, Report
 from gruc.text import plural
@@ -71,32 +71,27 @@ def run_lengths(config: GruLayerConfig) -> np.ndarray | None:
     return None
 
 
-def shard_trips(config: GruLayerConfig, lengths: np.ndarray, num_shards: int) -> list[int]:
-    """Trip count of each shard's time loop, in shard order, for rows of ``lengths``; shards
-    with no steps (more shards than the steps need) have no loop and are left out."""
-    longest = min(int(np.max(lengths)), config.sequence_size)
-    return [min(max(longest - begin, 0), end - begin)
-            for begin, end in shard_time_bounds(config.sequence_size, num_shards) if end > begin]
+def loop_trips(module: Module, loops: Sequence[Step], lengths: np.ndarray) -> dict[int, int]:
+    """Trip count of each variable-length loop of the module (``loops``: their predicate steps),
+    read off the time loop that holds it: the rows of its shard before the longest length
+    (:meth:`~gruc.ir.program.TimeLoop.trips`), whichever its direction."""
+    longest = int(np.max(lengths))
+    by_loop = {id(node.loop): node.trips(longest) for node in module.walk()
+               if isinstance(node, TimeLoop) and isinstance(node.loop, RepeatWhileTrue)}
+    unknown = [step.index for step in loops if id(step.node) not in by_loop]
+    if unknown:
+        raise GrucProgramError(f"internal error: the loops of steps {unknown} are in no time "
+                               "loop, so their trips are not known before a run")
+    return {step.index: by_loop[id(step.node)] for step in loops}
 
 
-def loop_trips(config: GruLayerConfig, layer: GruLayer, loops: Sequence[Step],
-               lengths: np.ndarray) -> dict[int, int]:
-    """Trip count of each time loop of the layer's program (``loops``, in program order)."""
-    forward = shard_trips(config, lengths, layer.num_shards)
-    if not loops or len(loops) % len(forward):
-        raise GrucProgramError(f"internal error: the layer has {len(loops)} time loops, not a "
-                               f"multiple of its {len(forward)} shards with steps")
-    in_order = forward + forward[::-1] * (len(loops) // len(forward) - 1)
-    return {step.index: trips for step, trips in zip(loops, in_order)}
-
-
-def layer_step_counts(config: GruLayerConfig, layer: GruLayer, liveness: Liveness) -> np.ndarray:
-    """How often one run of the layer's program 0, as compiled (its module's ``liveness``, which
+def layer_step_counts(config: GruLayerConfig, module: Module, liveness: Liveness) -> np.ndarray:
+    """How often one run of the layer's program 0, as compiled (``module``, whose ``liveness``
     numbers the steps), executes each step — counted from the program tree with the time loops'
     trips the layer's lengths give, equal to a run's counts."""
     static = StaticProgram(liveness)
     lengths = run_lengths(config)
-    trips = {} if lengths is None else loop_trips(config, layer, static.loops(0), lengths)
+    trips = {} if lengths is None else loop_trips(module, static.loops(0), lengths)
     return static.step_counts((0,), trips=trips)
 
 
@@ -172,7 +167,7 @@ def compile_layer(config: GruLayerConfig, layer: GruLayer, pipeline: str | None 
     start = time.perf_counter()
     compiled = compile_program(layer.graph, layer.programs, pipeline=effective_pipeline(pipeline),
                                strict_memory=strict_memory, memory_model=config.memory_model)
-    counts = layer_step_counts(config, layer, compiled.plan.liveness)
+    counts = layer_step_counts(config, compiled.module, compiled.plan.liveness)
     return compiled, plan_report(compiled, counts, time.perf_counter() - start)
 
 

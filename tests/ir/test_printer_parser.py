@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import gruc.ir.builder as builder_module
 from gruc import (BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Call, Copy, Execute, Graph, If, Module,
                   PrintTensor, Repeat, RepeatWhileTrue, Sequence, Sync, Target, TileMapping,
-                  WriteUndef, concat)
+                  TimeLoop, WriteUndef, concat)
 from gruc.errors import GrucParseError, GrucTypeError
 from gruc.ir import expr as ex
 from gruc.ir.builder import groups_to_runs
@@ -106,6 +106,11 @@ def all_features() -> Module:
         PrintTensor('label "quoted"\n', views[2]),
         *(WriteUndef(v) for v in views[3:]),
         Call(later))
+    counter = g.add_variable(UNSIGNED_INT, [1], "counter")
+    g.set_tile_mapping(counter, 3)
+    prog0.add(TimeLoop(Copy(u32[1:2], counter), Repeat(3, Sequence(step)), False, 6, 3, 2, 4))
+    prog0.add(TimeLoop(Copy(u32[0:1], counter), RepeatWhileTrue(Sequence(), flag[0], Sync()),
+                       True, 0, 5))
     prog1 = Repeat(5, Repeat(7, Sequence(Execute(cs1))))
     g.create_host_write("a", a)
     g.create_host_write("b", views[5])
@@ -235,6 +240,8 @@ def test_printed_text_reads_as_documented():
     assert "  repeat 0 execute @ew_1" in lines
     assert "  if %flag_5 if %flag_7 sync else {} else {}" in lines       # no dangling else
     assert any(line.startswith('  print "label \\"quoted\\"\\n" %') for line in lines)
+    assert "  timeloop forward first 6 steps 3 shard 2 of 4 {" in lines
+    assert "  timeloop reverse first 0 steps 5 shard 0 of 1 {" in lines
 
 
 def test_mapping_of_a_linear_ipu2_tensor_is_one_short_line_and_scales():
@@ -323,7 +330,8 @@ def test_lines_of_every_printed_object():
     for function in graph.functions:
         assert line_of(function).startswith("func @" + function.name)
     keywords = {Sequence: "{", Execute: "execute", Copy: "copy", WriteUndef: "write_undef",
-                Repeat: "repeat", RepeatWhileTrue: "while", If: "if", Call: "call",
+                Repeat: "repeat", RepeatWhileTrue: "while", TimeLoop: "timeloop", If: "if",
+                Call: "call",
                 PrintTensor: "print", Sync: "sync"}
     for node in module.walk():
         assert keywords[type(node)] in line_of(node)
@@ -448,6 +456,22 @@ BAD_INPUTS = [
     ('module target()\nprogram 0 {\n  repeat 2\n}', r"line 4, column 1: expected a program"),
     ('module target()\nprogram 0 {\n  sync\n', r"line 4, column 1: expected '}' closing"),
     ('module target()\nprogram 1 {}', r"line 2, column 9: expected program number 0"),
+    ('module target()\nprogram 0 timeloop sideways first 0 steps 1 shard 0 of 1 {}',
+     r"line 2, column 20: expected 'forward' or 'reverse', found 'sideways'"),
+    ('module target()\nprogram 0 timeloop forward first 0 steps 1 shard 0 {}',
+     r"line 2, column 52: expected 'of', found '{'"),
+    ('module target()\n%t = var u32[1] "t" map=[0 x 1]\nprogram 0 timeloop forward first 0 '
+     'steps 1 shard 0 of 1 {\n  copy %t -> %t\n  sync\n}',
+     r"line 3, column 11: TimeLoop loop must be a Repeat or RepeatWhileTrue, got Sync"),
+    ('module target()\n%t = var u32[1] "t" map=[0 x 1]\nprogram 0 timeloop forward first 0 '
+     'steps 2 shard 1 of 1 {\n  copy %t -> %t\n  repeat 2 sync\n}',
+     r"line 3, column 11: TimeLoop needs .* 0 <= shard < shards, got .*shard 1 of 1"),
+    ('module target()\n%t = var u32[1] "t" map=[0 x 1]\nprogram 0 timeloop forward first 0 '
+     'steps 2 shard 0 of 1 {\n  copy %t -> %t\n  repeat 3 sync\n}',
+     r"line 3, column 11: TimeLoop of 2 steps repeats 3 times"),
+    ('module target()\n%t = var u32[1] "t" map=[0 x 1]\nprogram 0 timeloop forward first 0 '
+     'steps 2 shard 0 of 1 {\n  copy %t -> %t\n  repeat 2 sync\n  sync\n}',
+     r"line 6, column 3: expected '}' closing the time loop"),
     ('module target()\n%x = var f32[2] "x" map=[0 x 2]\nprogram 0 if %x sync else {}',
      r"line 3, column 11: If predicate must have one element"),
     ('module target()\nfunc @f {}\nfunc @f {}', r"line 3, column 1: @f is defined twice"),

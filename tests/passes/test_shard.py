@@ -19,7 +19,7 @@ from gruc.ir.expr import PlaceHolder
 from gruc.ir.module import Module
 from gruc.ir.parser import parse_module
 from gruc.ir.printer import print_module
-from gruc.ir.program import Repeat, Sequence
+from gruc.ir.program import Repeat, Sequence, TimeLoop
 from gruc.ops.elementwise import map_in_place
 from gruc.ops.rnn import create_initial_state, create_input_tensor, create_output_tensor, rnn
 from gruc.passes.pipeline import run_pipeline
@@ -216,12 +216,14 @@ cs @advance {{
   MapInPlace(inout=%t, ins=[]) expr={advance}
 }}
 program 0 {{
-  copy %start -> %t
-  repeat 6 {{
-    execute @slice
-    execute @cell
-    execute @store
-    execute @advance
+  timeloop {"forward" if step == 1 else "reverse"} first 0 steps 6 shard 0 of 1 {{
+    copy %start -> %t
+    repeat 6 {{
+      execute @slice
+      execute @cell
+      execute @store
+      execute @advance
+    }}
   }}
 }}
 """
@@ -239,6 +241,9 @@ def test_a_time_loop_written_by_hand_sharded_by_gruc_opt_runs_bit_identical(step
     modules = [parse_module((tmp_path / name).read_text()) for name in ("loop.gruc",
                                                                         "sharded.gruc")]
     assert [sum(isinstance(n, Repeat) for n in m.walk()) for m in modules] == [1, 3]
+    loops = [n for n in modules[1].walk() if isinstance(n, TimeLoop)]
+    assert [(n.shard, n.shards, n.first_step, n.steps, n.reverse) for n in loops] == [
+        (k, 3, 2 * k, 2, step == -1) for k in (range(3) if step == 1 else (2, 1, 0))]
     rng = np.random.default_rng(11)
     values = {"x": rng.uniform(-2, 2, (6, 2, 8)), "h": rng.uniform(-1, 1, (2, 8))}
     results = []
