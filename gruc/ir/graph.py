@@ -5,9 +5,10 @@ methods, which check their arguments and say what was wrong.  Tile mappings are 
 :class:`~gruc.ir.tile_table.TileTable` indexed by global element id, so mapping any view — a
 slice of a million-element tensor, a transpose, a concatenation of several variables — is one
 numpy gather or strided view and a run-length compression (``get_tile_mapping``); a sequence laid
-out alike at every step is stored as one step, which tells checks, copy elimination and the
-memory plan that its rows are alike (``rows_alike``), so they never read a long sequence's tiles
-row after row.  The graph also remembers which variables were mapped whole.
+out alike at every step is stored as one step (a sharded one as one step a shard), which tells
+checks, copy elimination and the memory plan that its rows are alike (``rows_alike``,
+``row_stretches``), so they never read a long sequence's tiles row after row.  The graph also
+remembers which variables were mapped whole.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class Graph:
         if self.rows_alike(tensor) and self._table.repeating_row(copy.first_id):  # one row
             self._write_rows(copy, self.element_tile_view(tensor[0]))
         else:
-            self._table.forget_rows(copy.first_id)
+            self._table.forget_rows(copy.first_id, copy.num_elements)
             copy_tiles = self._table.writable()[copy.first_id:copy.first_id + copy.num_elements]
             copy_tiles.reshape(tensor.shape)[...] = self.element_tile_view(tensor)  # no ids
         if self.is_fully_mapped(tensor):
@@ -300,8 +301,11 @@ class Graph:
         start = tensor.contiguous_start()
         whole = self._whole_variable(tensor, start)
         if rows_alike and whole is not None and tensor.shape == self.variables[whole].shape \
-                and self._table.repeating_row(start) is not None:  # its rows: one, written once
-            self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])
+                and self._table.repeating_row(start, tensor.num_elements) is not None:
+            self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])  # one row, once
+        elif rows_alike and self._rows_of_one_variable(tensor, start) and self._table.repeat_rows(
+                start, tensor.num_elements, np.broadcast_to(tiles, tensor.shape)[0].reshape(-1)):
+            pass  # whole rows of a repeating variable (a shard of a sequence): they repeat a row
         else:
             self._before_write(tensor, whole)
             if start is None:
@@ -324,13 +328,23 @@ class Graph:
 
     def _before_write(self, tensor: Tensor, whole: int | None) -> None:
         """Make the table store every tile a write of all of ``tensor``'s elements touches: the
-        variable it is whole (index ``whole``) stops repeating its first row; one covered in part
-        stores every row first (what the write leaves alone must keep its tiles)."""
+        variable it is whole (index ``whole``) stops repeating rows; one covered in part stores
+        every row first (what the write leaves alone must keep its tiles)."""
         for variable in tensor.variables():
             if variable.index == whole:
-                self._table.forget_rows(variable.first_id)
+                self._table.forget_rows(variable.first_id, variable.num_elements)
             else:
-                self._table.expand(variable.first_id)
+                self._table.expand(variable.first_id, variable.num_elements)
+
+    def _rows_of_one_variable(self, tensor: Tensor, start: int | None) -> bool:
+        """Whether ``tensor`` is whole consecutive rows of one variable (``variable[a:b]``)."""
+        variables = tensor.variables()
+        if start is None or len(variables) != 1 or variables[0].rank < 2 or tensor.rank < 2 \
+                or not tensor.num_elements:
+            return False
+        variable = variables[0]
+        return tensor.shape[1:] == variable.shape[1:] \
+            and (start - variable.first_id) % (variable.num_elements // variable.shape[0]) == 0
 
     @staticmethod
     def _whole_variable(tensor: Tensor, start: int | None) -> int | None:
@@ -344,22 +358,32 @@ class Graph:
 
     def rows_alike(self, tensor: Tensor) -> bool:
         """Whether every row of ``tensor`` (index of its first dim) is known to have its first
-        row's tiles: its variable is one the table stores as one row for all — unmapped, mapped
-        whole from one row's tiles (a sequence laid out alike at every step, as
+        row's tiles: its ids lie in one region of rows the table stores as one row — a variable
+        unmapped, mapped whole from one row's tiles (a sequence laid out alike at every step, as
         ``set_tile_mapping`` with a row's tile array maps it) or onto one tile, or cloned from
-        such a view, and no part of it mapped anew since — and ``tensor`` is that variable or a
-        strided view of it whose rows are whole rows of it apart.  A one-element variable's views
-        have rows alike too.  False says only "not known"."""
+        such a view, or a range of its rows mapped so (a sequence's shard), and no part of it
+        mapped anew since — and ``tensor`` is a strided view whose rows are whole rows apart.  A
+        one-element variable's views have rows alike too.  False says only "not known"."""
         variables = self._own(tensor).variables()
         if len(variables) != 1:
             return False
         variable = variables[0]
-        row = self._table.repeating_row(variable.first_id)
-        if row is None:
+        if not self._table.regions(variable.first_id, variable.num_elements):
             return variable.num_elements <= 1  # (every row: its one element)
         layout = tensor.layout()
-        return tensor.is_variable or isinstance(layout, Strided) and tensor.rank > 0 \
-            and layout.strides[0] % row == 0
+        if not isinstance(layout, Strided) or tensor.rank == 0:
+            return False
+        row = self._table.row_of_view(layout, tensor.shape) if tensor.num_elements else None
+        return row is not None and layout.strides[0] % row == 0
+
+    def row_stretches(self, variable: Variable) -> list[tuple[int, np.ndarray, int]]:
+        """``(first id, tiles of its first row, rows)`` per stretch of ``variable``'s rows that
+        the table stores as one row (all of it, or each range of rows mapped from one row's
+        tiles: a sequence's shards), in order; empty if it stores every row."""
+        table = self._table
+        return [(first, table.gather(np.arange(first, first + row)), count // row)
+                for first, count, row in table.regions(variable.first_id,
+                                                       variable.num_elements)]
 
     def get_tile_mapping(self, tensor: Tensor) -> TileMapping:
         """Which tile holds each element of ``tensor``, as runs over its flattened elements (and,
@@ -385,9 +409,7 @@ class Graph:
                                               tensor.shape))
         layout = tensor.layout()
         if isinstance(layout, Strided):
-            return self._table.view(layout, tensor.shape,
-                                    [variable.first_id for variable in tensor.variables()],
-                                    gather=gather)
+            return self._table.view(layout, tensor.shape, gather=gather)
         return self._table.gather(layout) if gather else None
 
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:

@@ -6,7 +6,10 @@ its first dim) all have the same tiles — a sequence laid out alike at every st
 mapped from one row's tiles — is stored as its first row only: the table *repeats* that row over
 the variable's ids.  A 2,000-step sequence then costs the table one step's tiles, and nothing
 that reads its tiles through the table (a strided view folded into the first row, a gather
-folding ids into it) pays for the other 1,999; a write to part of it first stores every row
+folding ids into it) pays for the other 1,999.  A range of its rows mapped from one row's tiles
+(poplibs puts each shard of a sequence on tiles of its own, every step of the shard alike) cuts
+the region in two or three, each repeating its own row (:meth:`TileTable.repeat_rows`): a
+sharded sequence costs a row a shard.  Any other write to part of it first stores every row
 (:meth:`TileTable.expand`).
 
 A graph copied for a module of its own (:mod:`gruc.ir.graph_copy`) keeps its element ids, so its
@@ -76,6 +79,15 @@ def _allocate(size: int) -> np.ndarray:
     raise MemoryError(f"no memory for the tile table of {size} elements")
 
 
+def _id_extent(layout: Strided, shape: Shape) -> tuple[int, int]:
+    """The lowest and highest id of a strided view (of at least one element)."""
+    low = high = layout.offset
+    for size, stride in zip(shape, layout.strides):
+        reach = (size - 1) * stride
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high
+
+
 def repeats_its_rows(tiles: np.ndarray) -> bool:
     """Whether a view of element tiles is its first row over and over: the table's view of a
     sequence it stores as one step (stride 0 along the steps), which a caller may read once."""
@@ -136,51 +148,160 @@ class TileTable:
         self.size = needed
         return first
 
-    def repeating_row(self, first: int) -> int | None:
-        """The row length of the repeating region at ``first``, or None if every id is stored."""
+    def repeating_row(self, first: int, count: int | None = None) -> int | None:
+        """The row length of the repeating region at ``first`` (of ``count`` ids, if given), or
+        None if there is none: every id of it is stored, or its rows repeat region by region."""
         found = self._repeats.get(first)
-        return None if found is None else found[1]
+        return None if found is None or count is not None and found[0] != count else found[1]
 
-    def expand(self, first: int) -> None:
-        """Store every row of the repeating region at ``first`` (if it is one): before a write
-        to part of it."""
-        found = self._repeats.get(first)
-        if found is not None:
+    def regions(self, first: int, count: int) -> list[tuple[int, int, int]]:
+        """``(first id, ids, row length)`` of the repeating regions within ``[first, first +
+        count)``, in id order: a variable either lies in regions end to end or in none."""
+        if not self._repeats:
+            return []
+        firsts, _, _ = self._region_bounds()
+        at = int(np.searchsorted(firsts, first))
+        stop = int(np.searchsorted(firsts, first + count))
+        return [(begin, *self._repeats[begin]) for begin in firsts[at:stop].tolist()]
+
+    def row_of_view(self, layout: Strided, shape: Shape) -> int | None:
+        """The row length of the one repeating region holding every id of a strided view (of
+        at least one element), or None."""
+        under = self._regions_under(layout, shape) if self._repeats else []
+        if len(under) != 1:
+            return None
+        ids, row = self._repeats[under[0]]
+        low, high = _id_extent(layout, shape)
+        return row if under[0] <= low and high < under[0] + ids else None
+
+    def repeat_rows(self, start: int, count: int, row_tiles: np.ndarray) -> bool:
+        """Let the ids ``[start, start + count)`` repeat ``row_tiles`` (one row) from now on, if
+        they are whole rows of one repeating region of that row length: the region is cut in up
+        to three, the part before and the part after keeping its row (a sequence's shards mapped
+        one after another, each from one row's tiles, cost a row each).  False (nothing changed)
+        otherwise."""
+        row = len(row_tiles)
+        region = next(((begin, ids, length) for begin, (ids, length) in self._repeats.items()
+                       if begin <= start < begin + ids), None)
+        if region is None or not count or count % row:
+            return False
+        begin, ids, length = region
+        end = start + count
+        if length != row or (start - begin) % row or end > begin + ids:
+            return False
+        self.writable()
+        del self._repeats[begin]
+        if end < begin + ids:  # the rows after keep the region's row: stored again there
+            self.array[end:end + row] = self.array[begin:begin + row]
+            self._repeats[end] = (begin + ids - end, row)
+        if start > begin:
+            self._repeats[begin] = (start - begin, row)
+        self.array[start:start + row] = row_tiles
+        self._repeats[start] = (count, row)
+        self._bounds = None
+        return True
+
+    def expand(self, first: int, count: int) -> None:
+        """Store every row of the repeating regions within ``[first, first + count)``: before a
+        write to part of them."""
+        for begin, ids, row in self.regions(first, count):
             self.writable()
-            del self._repeats[first]
-            count, row = found
-            _prefault(self.array, first + row, first + count)
-            self.array[first:first + count].reshape(-1, row)[1:] = self.array[first:first + row]
+            del self._repeats[begin]
+            _prefault(self.array, begin + row, begin + ids)
+            self.array[begin:begin + ids].reshape(-1, row)[1:] = self.array[begin:begin + row]
             self._bounds = None
 
-    def forget_rows(self, first: int) -> None:
-        """Stop repeating the region at ``first`` (if it is one): before a write to all of it."""
-        found = self._repeats.get(first)
-        if found is not None:
+    def forget_rows(self, first: int, count: int) -> None:
+        """Stop repeating the regions within ``[first, first + count)``: before a write to all
+        of them."""
+        for begin, ids, _ in self.regions(first, count):
             self.writable()
-            del self._repeats[first]
-            _prefault(self.array, first, first + found[0])
+            del self._repeats[begin]
+            _prefault(self.array, begin, begin + ids)
             self._bounds = None
 
-    def view(self, layout: Strided, shape: Shape, firsts: list[int], *,
-             gather: bool = True) -> np.ndarray | None:
-        """The tiles of a strided view of the variables starting at ``firsts``, shaped like it
-        (read-only): a view of the table where it can be — of a repeating variable, folded into
-        its first row — else gathered, or None without ``gather``."""
-        repeating = [first for first in firsts if first in self._repeats]
-        if repeating:
-            folded = self._folded(layout, shape, repeating[0]) if len(firsts) == 1 else None
+    def view(self, layout: Strided, shape: Shape, *, gather: bool = True) -> np.ndarray | None:
+        """The tiles of a strided view, shaped like it (read-only): a view of the table where it
+        can be — of ids in one repeating region, folded into its first row — else, for a view
+        stepping whole rows through several regions (a sharded sequence), region by region,
+        else gathered; None without ``gather`` where it is no view of the table."""
+        regions = self._regions_under(layout, shape) if self._repeats else []
+        if regions:
+            folded = self._folded(layout, shape, regions[0]) if len(regions) == 1 else None
             if folded is None:
-                return self.gather(materialise(layout, shape)) if gather else None
+                if not gather:
+                    return None
+                tiles = self._by_regions(layout, shape, regions)
+                if tiles is None:
+                    tiles = self.gather(materialise(layout, shape))
+                tiles.flags.writeable = False
+                return tiles
             layout = folded
         tiles = strided_view(self.array, 0, layout, shape)
         tiles.flags.writeable = False
         return tiles
 
+    def _by_regions(self, layout: Strided, shape: Shape, regions: list[int]
+                    ) -> np.ndarray | None:
+        """The tiles of a strided view whose first dim steps whole rows, cut along that dim where
+        it crosses from one repeating region into the next (each piece folded into its region's
+        first row, or read as stored between regions); None for any other view."""
+        if not shape or not regions or not layout.strides[0]:
+            return None
+        rows = {self._repeats[first][1] for first in regions}
+        row = rows.pop()
+        if rows or layout.strides[0] % row:
+            return None
+        result = np.empty(shape, dtype=self.array.dtype)
+        step, start = layout.strides[0], 0
+        while start < shape[0]:
+            offset = layout.offset + start * step
+            first = next((f for f in regions
+                          if f <= offset < f + self._repeats[f][0]), None)
+            if first is None:  # ids stored as they are, up to the next region's
+                return None
+            end = self._repeats[first][0] + first
+            count = min(shape[0] - start, (end - 1 - offset) // step + 1 if step > 0
+                        else (offset - first) // -step + 1)
+            piece = Strided(offset, layout.strides)
+            piece_shape = (count, *shape[1:])
+            folded = self._folded(piece, piece_shape, first)
+            if folded is None:
+                return None
+            result[start:start + count] = strided_view(self.array, 0, folded, piece_shape)
+            start += count
+        return result
+
+    def _region_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """First ids (sorted), ends and row lengths of the repeating regions."""
+        if self._bounds is None:
+            firsts = np.array(sorted(self._repeats), dtype=np.int64)
+            self._bounds = (firsts, firsts + [self._repeats[f][0] for f in firsts.tolist()],
+                            np.array([self._repeats[f][1] for f in firsts.tolist()], np.int64))
+        return self._bounds
+
+    def _regions_under(self, layout: Strided, shape: Shape) -> list[int]:
+        """First ids of the repeating regions holding some id of a strided view."""
+        if not math.prod(shape):
+            return []
+        low, high = _id_extent(layout, shape)
+        firsts, ends, _ = self._region_bounds()
+        at = int(np.searchsorted(firsts, low, side="right")) - 1
+        found = []
+        for k in range(max(at, 0), len(firsts)):
+            if firsts[k] > high:
+                break
+            if ends[k] > low:
+                found.append(int(firsts[k]))
+        return found
+
     def _folded(self, layout: Strided, shape: Shape, first: int) -> Strided | None:
-        """``layout`` (inside the repeating region at ``first``) moved into the region's first
-        row, if no dim of it wraps around a row: a dim moving whole rows stays put."""
-        row = self._repeats[first][1]
+        """``layout`` (its ids inside the repeating region at ``first``) moved into the region's
+        first row, if no dim of it wraps around a row: a dim moving whole rows stays put."""
+        ids, row = self._repeats[first]
+        low, high = _id_extent(layout, shape)
+        if low < first or high >= first + ids:
+            return None
         start = (layout.offset - first) % row
         low = high = start
         strides = []
@@ -201,11 +322,7 @@ class TileTable:
         shape, ids = ids.shape, ids.reshape(-1)
         tiles = self.array[ids]
         if self._repeats and ids.size:
-            if self._bounds is None:
-                firsts = np.array(sorted(self._repeats), dtype=np.int64)
-                self._bounds = (firsts, firsts + [self._repeats[f][0] for f in firsts.tolist()],
-                                np.array([self._repeats[f][1] for f in firsts.tolist()], np.int64))
-            firsts, ends, rows = self._bounds
+            firsts, ends, rows = self._region_bounds()
             low, high = int(ids.min()), int(ids.max())
             if not np.any((firsts + rows <= high) & (ends > low)):
                 # no id past a region's first row (a weight's or a step's ids): the search of

@@ -87,10 +87,12 @@ class MemoryPlan:
     size, and the bytes a row of the variable adds on that tile (a row is one cache line's read
     when a walk looks a run up).  Every address query walks these (:class:`gruc.runtime.addresses.PlanAddresses`):
     a per-element table of the whole module would hold hundreds of millions of addresses for a
-    long sequence.  A variable whose rows are laid out alike has runs for its first row only."""
+    long sequence.  A stretch of a variable's rows laid out alike (all of them, or a sharded
+    sequence's shard) has runs for its first row only."""
     segments: np.ndarray = field(repr=False)
-    """One row per allocated variable, by first id: first id, period (elements of a row whose
-    runs ``runs`` holds, all of them if its rows are not laid out alike), rows."""
+    """One row per stretch of an allocated variable, by first id: first id, period (elements of
+    a row whose runs ``runs`` holds, all of the variable's if its rows are not laid out alike),
+    rows.  A variable is one stretch, or one per range of rows mapped from one row's tiles."""
 
     # ---- queries --------------------------------------------------------------------------------
     @property

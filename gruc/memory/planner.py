@@ -82,19 +82,23 @@ def _first_fit(starts: np.ndarray, ends: np.ndarray, base: int, size: int) -> in
     return int(gap_start[fits[0]]) if len(fits) else int(reach[-1])
 
 
-def _first_period(graph, variable) -> np.ndarray:
-    """The element tiles of ``variable``'s first row if every row (index of its first dim) has
-    them, else of all its elements: a sequence laid out alike at every step is planned, and its
-    addresses looked up, from one step's runs.  The graph knows it of a variable mapped from one
-    row's tiles (its other rows' tiles are never read); any other variable's tiles are compared
-    row with row, up to the first difference."""
+def _periods(graph, variable) -> list[tuple[int, np.ndarray, int]]:
+    """``(first id, tiles, rows)`` per stretch of ``variable`` whose rows have the same tiles:
+    the tiles of its first row and how many rows repeat them — a sequence laid out alike at
+    every step is one stretch, a sharded one a stretch per shard, planned and its addresses
+    looked up from one step's runs each.  The graph knows them of a variable mapped from one
+    row's tiles, whole or a range of rows at a time (its other rows' tiles are never read); any
+    other variable's tiles are compared row with row, up to the first difference (one stretch
+    of all its elements if its rows differ)."""
+    stretches = graph.row_stretches(variable)
+    if stretches:
+        return stretches
+    tiles = graph.element_tiles(variable)
     if variable.rank > 1 and variable.shape[0] > 1:
-        if graph.rows_alike(variable):
-            return graph.element_tiles(variable[0])
-        tiles = graph.element_tiles(variable)
         row = variable.num_elements // variable.shape[0]
-        return tiles[:row] if np.array_equal(tiles[row:], tiles[:-row]) else tiles
-    return graph.element_tiles(variable)
+        if np.array_equal(tiles[row:], tiles[:-row]):
+            return [(variable.first_id, tiles[:row], variable.shape[0])]
+    return [(variable.first_id, tiles, 1)]
 
 
 def run_starts(tiles: np.ndarray) -> np.ndarray:
@@ -244,39 +248,44 @@ def plan_memory(module: Module, liveness: Liveness | None = None, *,
     num_tiles, capacity, alignment = target.num_tiles, target.bytes_per_tile, target.memory_alignment
 
     # Runs of consecutive elements on one tile, and blocks (a variable's elements on one tile),
-    # for every variable that gets memory: found over its first row if its rows repeat (a
-    # sequence), else over all of it.
+    # for every variable that gets memory: found over the first row of each stretch of rows
+    # alike (a sequence, or each shard of one), else over all of it.
     allocated = [index for index, variable in enumerate(graph.variables)
                  if variable.num_elements and index in liveness.used]
-    tiles_of = [np.ascontiguousarray(_first_period(graph, graph.variables[index]))
-                for index in allocated]
-    starts_of = [run_starts(tiles) for tiles in tiles_of]
-    counts = [len(starts) for starts in starts_of]
+    periods_of = [[(first, np.ascontiguousarray(tiles), rows)
+                   for first, tiles, rows in _periods(graph, graph.variables[index])]
+                  for index in allocated]
+    starts_of = [[run_starts(tiles) for _, tiles, _ in periods] for periods in periods_of]
+    counts = [len(starts) for starts_list in starts_of for starts in starts_list]
     run_at = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
     runs = np.empty((run_at[-1], 6), dtype=np.int64)
     run_first, run_length, run_tile, run_within, run_size, run_turn = runs.T
     run_block = np.empty(run_at[-1], dtype=np.int64)
-    segments = np.array([(graph.variables[index].first_id, len(tiles),
-                          graph.variables[index].num_elements // len(tiles))
-                         for index, tiles in zip(allocated, tiles_of)],
-                        dtype=np.int64).reshape(-1, 3)
-    blocks, first_block = [], 0
-    for index, tiles, starts, (_, _, repeats), begin, end in zip(
-            allocated, tiles_of, starts_of, segments, run_at[:-1], run_at[1:]):
+    segments = np.array([(first, len(tiles), rows) for periods in periods_of
+                         for first, tiles, rows in periods], dtype=np.int64).reshape(-1, 3)
+    blocks, first_block, segment = [], 0, 0
+    for index, periods, starts_list in zip(allocated, periods_of, starts_of):
         variable = graph.variables[index]
         size = variable.dtype.size
-        per_tile = np.zeros(num_tiles, dtype=np.int64)
-        unmapped = tile_runs(tiles, starts, variable.first_id, size, per_tile,
-                             run_first[begin:end], run_length[begin:end], run_tile[begin:end],
-                             run_within[begin:end])
-        if unmapped:
-            raise GrucMappingError(
-                f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is used "
-                f"by the module but {unmapped * repeats} of its {variable.num_elements} elements "
-                "have no tile; map it (set_tile_mapping / map_tensor_linearly) before planning "
-                "memory")
-        np.multiply(per_tile.take(run_tile[begin:end]), size, out=run_turn[begin:end])
-        per_tile *= repeats
+        per_tile = np.zeros(num_tiles, dtype=np.int64)  # the variable's elements on each tile
+        begin = run_at[segment]
+        for (first, tiles, rows), starts in zip(periods, starts_list):
+            start, end = run_at[segment], run_at[segment + 1]
+            segment += 1
+            in_row = np.zeros(num_tiles, dtype=np.int64)
+            unmapped = tile_runs(tiles, starts, first, size, in_row, run_first[start:end],
+                                 run_length[start:end], run_tile[start:end],
+                                 run_within[start:end])
+            if unmapped:
+                raise GrucMappingError(
+                    f"variable {variable.name!r} ({variable.dtype}{list(variable.shape)}) is "
+                    f"used by the module but {unmapped * rows} of its {variable.num_elements} "
+                    "elements have no tile; map it (set_tile_mapping / map_tensor_linearly) "
+                    "before planning memory")
+            np.multiply(in_row.take(run_tile[start:end]), size, out=run_turn[start:end])
+            run_within[start:end] += per_tile.take(run_tile[start:end], mode="clip") * size
+            per_tile += in_row * rows
+        end = run_at[segment]
         block_tiles = np.flatnonzero(per_tile)
         block_of_tile = np.zeros(num_tiles, dtype=np.int64)
         block_of_tile[block_tiles] = np.arange(first_block, first_block + len(block_tiles))

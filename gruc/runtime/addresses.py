@@ -13,7 +13,7 @@ numba kernels, which is why they live in the runtime and not beside the plan.
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache, partial
+from functools import lru_cache, partial
 
 import numpy as np
 from llvmlite import ir
@@ -285,20 +285,23 @@ class PlanAddresses:
         return positions[:len(moves)], firsts[:len(moves)], moves
 
     def _rows_step_by_periods(self, tensor: Tensor) -> bool:
-        """Whether each element's id moves a whole number of its variable's periods a row, within
-        one variable whose rows are laid out alike (so its address moves by a fixed amount)."""
+        """Whether each element's id moves a whole number of periods a row, within one stretch
+        of a variable's rows laid out alike (so its address moves by a fixed amount)."""
         if isinstance(tensor.op, ConcatOp) and tensor.op.dim != 0:
             return all(self._rows_step_by_periods(part) for part in tensor.sources)
         layout, variables = tensor.layout(), tensor.variables()
         if not isinstance(layout, Strided) or len(variables) != 1 or not tensor.num_elements:
             return False
-        period = self._period_of.get(variables[0].first_id)
-        return period is not None and layout.strides[0] % period == 0
-
-    @cached_property
-    def _period_of(self) -> dict[int, int]:
-        """The period of each variable whose rows are laid out alike, by its first id."""
-        return {first: period for first, period, rows in self.plan.segments.tolist() if rows > 1}
+        low = high = layout.offset
+        for size, stride in zip(tensor.shape, layout.strides):
+            reach = (size - 1) * stride
+            low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+        segments = self.plan.segments
+        at = int(np.searchsorted(segments[:, 0], low, side="right")) - 1
+        if at < 0:
+            return False
+        first, period, rows = segments[at].tolist()
+        return rows > 1 and high < first + period * rows and layout.strides[0] % period == 0
 
     def _index_runs(self, tensor: Tensor, tile_stride: int, rows: int | None
                     ) -> tuple[np.ndarray, np.ndarray]:

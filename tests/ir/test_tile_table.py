@@ -1,5 +1,6 @@
-"""The tile table against a plain per-element model: sequences stored as one row until written in
-part, read through strided views, gathers, clones and comparisons, whatever is mapped how."""
+"""The tile table against a plain per-element model: sequences stored as one row (or a row per
+range of rows mapped from one row's tiles, as a sequence's shards are) until written in part,
+read through strided views, gathers, clones and comparisons, whatever is mapped how."""
 
 from __future__ import annotations
 
@@ -36,8 +37,15 @@ def test_the_tile_table_answers_like_a_table_of_every_element(data):
         variable = data.draw(st.sampled_from(variables))
         ids = variable.flat_ids()
         operation = data.draw(st.sampled_from(["rows", "tile", "part", "elements", "linear",
-                                               "clone"]), label="operation")
-        if operation == "rows" and variable.rank > 1:
+                                               "clone", "shard"]), label="operation")
+        if operation == "shard" and variable.rank > 1:  # rows a..b from one row's tiles
+            begin = data.draw(st.integers(0, variable.shape[0] - 1), label="begin")
+            end = data.draw(st.integers(begin + 1, variable.shape[0]), label="end")
+            row = np.array(data.draw(st.lists(tiles, min_size=ids.size // variable.shape[0],
+                                              max_size=ids.size // variable.shape[0])), np.int64)
+            graph.set_tile_mapping(variable[begin:end], row.reshape(variable.shape[1:]))
+            model[variable[begin:end].flat_ids()] = np.tile(row, end - begin)
+        elif operation == "rows" and variable.rank > 1:
             row = np.array(data.draw(st.lists(tiles, min_size=ids.size // variable.shape[0],
                                               max_size=ids.size // variable.shape[0])), np.int64)
             graph.set_tile_mapping(variable, row.reshape(variable.shape[1:]))
@@ -74,9 +82,10 @@ def test_the_tile_table_answers_like_a_table_of_every_element(data):
             np.testing.assert_array_equal(graph.element_tiles(view), model[view.flat_ids()])
             ids = checked.flat_ids()
             assert graph.is_fully_mapped(checked) == bool(np.all(model[ids] >= 0))
-            if graph.rows_alike(checked) and checked.rank > 1:
-                rows = model[ids].reshape(checked.shape[0], -1)
-                assert np.all(rows == rows[0])
+            for alike in (checked, view):
+                if graph.rows_alike(alike) and alike.rank > 1 and alike.num_elements:
+                    rows = model[alike.flat_ids()].reshape(alike.shape[0], -1)
+                    assert np.all(rows == rows[0])
             other = _view(data.draw, data.draw(st.sampled_from(variables)))
             if other.shape == view.shape:
                 assert graph.same_tiles(view, other) == \

@@ -529,6 +529,50 @@ def test_a_sequence_laid_out_alike_at_every_step_is_planned_from_one_step(data):
     assert (expanded * 4).tolist() == by_rule.tolist()
 
 
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_a_sharded_sequence_is_planned_from_one_step_a_shard(data):
+    """A variable whose ranges of rows were each mapped from one row's tiles (a sharded
+    sequence) keeps one row's runs a range, and every view of it — one within a range or one
+    across them, walked row by row where its rows move alike — gets the layout rule's
+    addresses."""
+    graph = Graph(TARGET)
+    steps = data.draw(st.integers(2, 7), label="steps")
+    width = data.draw(st.integers(1, 6), label="width")
+    x = graph.add_variable(FLOAT, [steps, width], "x")
+    after = graph.add_variable(HALF, [3], "after")  # neighbours in id space
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, steps - 1), max_size=3), label="cuts")))
+    bounds = list(zip([0, *cuts], [*cuts, steps]))
+    tiles = st.integers(0, TARGET.num_tiles - 1)
+    rows = [np.array(data.draw(st.lists(tiles, min_size=width, max_size=width), label="row"))
+            for _ in bounds]
+    for (begin, end), row in zip(bounds, rows):
+        graph.set_tile_mapping(x[begin:end], row)
+    graph.set_tile_mapping(after, 1)
+    assert graph.rows_alike(x) == (len(bounds) == 1)
+    assert all(graph.rows_alike(x[begin:end]) for begin, end in bounds)
+    module = Module(graph, [Sequence(Copy(x, x), Copy(after, after))])
+    plan = plan_memory(module)
+    check_invariants(module, plan)
+    x_runs = int(np.count_nonzero(plan.runs[:, 0] < after.first_id))
+    assert x_runs == sum(1 + int(np.count_nonzero(np.diff(row))) for row in rows)
+    expected = _layout_rule_addresses(graph, plan, x)
+    addresses = PlanAddresses(plan)
+    assert addresses.element_addresses(x).tolist() == expected.tolist()
+    stride = TARGET.bytes_per_tile
+    for view in [x, *(x[begin:end] for begin, end in bounds), _view(data.draw, x)]:
+        by_rule = expected[view.flat_ids() - x.first_id]
+        assert addresses.element_addresses(view).tolist() == by_rule.tolist()
+        found = addresses.row_index_runs(view, stride) if view.rank > 1 else None
+        if found is not None:  # row by row, as a step's slices of a long sequence are read
+            positions, firsts, moves = found
+            row = view.num_elements // view.shape[0]
+            lengths = np.diff(np.append(positions, row))
+            every_row = (np.repeat(firsts - positions, lengths) + np.arange(row)
+                         + np.arange(view.shape[0])[:, None] * np.repeat(moves, lengths))
+            assert (every_row.reshape(-1) * 4).tolist() == by_rule.tolist()
+
+
 def test_row_moves_of_two_rows_runs():
     """Runs of two rows of 6 (flat positions, first indices) -> how far each first-row run moves."""
     from gruc.runtime.addresses import row_moves

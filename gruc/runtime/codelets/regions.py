@@ -134,9 +134,13 @@ class VariableTiles:
 
 def variable_tiles(variable: Variable) -> VariableTiles:
     """The :class:`VariableTiles` of ``variable``, kept while its graph's table keeps its array
-    and the variable its row length."""
-    table = variable.graph._table  # noqa: SLF001 (read only: which array, which row length)
-    key = (id(table.array), table.repeating_row(variable.first_id))
+    and the variable its stretches of rows alike."""
+    table = variable.graph._table  # noqa: SLF001 (read only: which array, which stretches)
+    stretches = table.regions(variable.first_id, variable.num_elements)
+    # stretches of rows alike are copied out row by row: their rows' tiles are the key too
+    key = (id(table.array), tuple(stretches), b"".join(
+        table.array[first:first + row].tobytes() for first, _, row in stretches)
+        if len(stretches) > 1 else b"")
     entry = _MEMO.get(id(variable))
     if entry is not None and entry[0]() is variable and entry[1].key == key:
         return entry[1]
