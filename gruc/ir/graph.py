@@ -98,6 +98,25 @@ def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
                for begin in range(0, len(first), step))
 
 
+def _same_pieces(first: list[tuple[int, int, np.ndarray]],
+                 second: list[tuple[int, int, np.ndarray]]) -> bool:
+    """Whether two views cut in pieces of rows alike (``TileTable.row_pieces``) have the same
+    tiles: one row compared for every stretch of rows where both pieces run."""
+    cuts = sorted({start for start, _, _ in first + second}
+                  | {start + count for start, count, _ in first + second})
+    at = [0, 0]
+    for begin, end in zip(cuts, cuts[1:]):
+        rows = []
+        for k, pieces in enumerate((first, second)):
+            while pieces[at[k]][0] + pieces[at[k]][1] <= begin:
+                at[k] += 1
+            start, _, tiles = pieces[at[k]]
+            rows.append(tiles[begin - start])
+        if end > begin and not np.array_equal(*rows):
+            return False
+    return True
+
+
 def check_op_args(graph: object, prog: object, what: str) -> None:
     """The graph and program every op builder takes, checked before the op adds anything, so a
     swapped or missing argument is named instead of failing deep inside the builder."""
@@ -418,7 +437,12 @@ class Graph:
 
     def same_tiles(self, first: Tensor, second: Tensor) -> bool:
         """Whether two views of as many elements have them on the same tiles, element by element
-        (flattened): two sequences the table stores as one step each compare first rows."""
+        (flattened): two sequences the table stores as one step each compare first rows, two
+        sharded ones first rows shard by shard."""
+        pieces = [self._table.row_pieces(t.layout(), t.shape) if t.shape == first.shape
+                  and isinstance(t.layout(), Strided) else None for t in (first, second)]
+        if pieces[0] is not None and pieces[1] is not None:
+            return _same_pieces(*pieces)
         tiles, other = self.element_tile_view(first), self.element_tile_view(second)
         if tiles.shape == other.shape and repeats_its_rows(tiles) and repeats_its_rows(other):
             tiles, other = tiles[0], other[0]
@@ -426,8 +450,14 @@ class Graph:
 
     def is_fully_mapped(self, tensor: Tensor) -> bool:
         """Whether every element of ``tensor`` has a tile: known without reading its tiles when
-        its variables were each mapped (or found mapped) whole."""
+        its variables were each mapped (or found mapped) whole, or are stored a row a stretch
+        (a sharded sequence: its stretches' rows are read)."""
         variables = self._own(tensor).variables()
+        for variable in variables:
+            if variable.index not in self._mapped_whole:
+                stretches = self.row_stretches(variable)
+                if stretches and all(np.all(tiles != UNMAPPED) for _, tiles, _ in stretches):
+                    self._mapped_whole.add(variable.index)
         if all(variable.index in self._mapped_whole for variable in variables):
             return True
         mapped = bool(np.all(self.element_tiles(tensor) != UNMAPPED))

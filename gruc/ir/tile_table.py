@@ -243,16 +243,34 @@ class TileTable:
 
     def _by_regions(self, layout: Strided, shape: Shape, regions: list[int]
                     ) -> np.ndarray | None:
-        """The tiles of a strided view whose first dim steps whole rows, cut along that dim where
-        it crosses from one repeating region into the next (each piece folded into its region's
-        first row, or read as stored between regions); None for any other view."""
+        """The tiles of a strided view stepping whole rows through several repeating regions,
+        piece by piece (:meth:`row_pieces`); None for any other view."""
+        pieces = self._pieces(layout, shape, regions)
+        if pieces is None:
+            return None
+        result = np.empty(shape, dtype=self.array.dtype)
+        for start, count, tiles in pieces:
+            result[start:start + count] = tiles
+        return result
+
+    def row_pieces(self, layout: Strided, shape: Shape
+                   ) -> list[tuple[int, int, np.ndarray]] | None:
+        """A strided view whose first dim steps whole rows through several repeating regions (a
+        sharded sequence), cut along that dim where it crosses into the next region: ``(first
+        row, rows, tiles)`` per piece, each piece's tiles a view folded into its region's first
+        row (its rows repeat).  None for a view in one region or none, or any other view."""
+        regions = self._regions_under(layout, shape) if self._repeats else []
+        return self._pieces(layout, shape, regions) if len(regions) > 1 else None
+
+    def _pieces(self, layout: Strided, shape: Shape, regions: list[int]
+                ) -> list[tuple[int, int, np.ndarray]] | None:
         if not shape or not regions or not layout.strides[0]:
             return None
         rows = {self._repeats[first][1] for first in regions}
         row = rows.pop()
         if rows or layout.strides[0] % row:
             return None
-        result = np.empty(shape, dtype=self.array.dtype)
+        pieces = []
         step, start = layout.strides[0], 0
         while start < shape[0]:
             offset = layout.offset + start * step
@@ -263,14 +281,15 @@ class TileTable:
             end = self._repeats[first][0] + first
             count = min(shape[0] - start, (end - 1 - offset) // step + 1 if step > 0
                         else (offset - first) // -step + 1)
-            piece = Strided(offset, layout.strides)
             piece_shape = (count, *shape[1:])
-            folded = self._folded(piece, piece_shape, first)
+            folded = self._folded(Strided(offset, layout.strides), piece_shape, first)
             if folded is None:
                 return None
-            result[start:start + count] = strided_view(self.array, 0, folded, piece_shape)
+            tiles = strided_view(self.array, 0, folded, piece_shape)
+            tiles.flags.writeable = False
+            pieces.append((start, count, tiles))
             start += count
-        return result
+        return pieces
 
     def _region_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """First ids (sorted), ends and row lengths of the repeating regions."""

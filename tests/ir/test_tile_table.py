@@ -113,3 +113,31 @@ def test_same_tiles_compares_long_sequences_to_their_last_element():
     assert graph.same_tiles(alike, rows) and graph.same_tiles(rows, alike)
     assert not graph.same_tiles(alike, last) and not graph.same_tiles(last, rows)
     assert graph.same_tiles(alike[1:], rows[1:]) and not graph.same_tiles(alike[3:], last[3:])
+
+
+def test_sharded_sequences_are_stored_and_compared_a_row_a_shard():
+    """A sequence mapped shard by shard, each shard's rows from one row's tiles, keeps a row a
+    shard; its views read shard by shard; two such sequences (or one and a twin mapped element by
+    element) compare row by row, told apart by a difference in the last shard's row only."""
+    graph = Graph(T8)
+    shape, bounds = [12, 2, 3], [(0, 5), (5, 10), (10, 12)]
+    rows = [np.arange(6).reshape(2, 3) % 8, (np.arange(6).reshape(2, 3) + 3) % 8,
+            (np.arange(6).reshape(2, 3) + 5) % 8]
+    a, b, c = (graph.add_variable(FLOAT, shape, name) for name in "abc")
+    for variable, last in ((a, rows[2]), (b, rows[2]), (c, rows[2] ^ np.eye(2, 3, dtype=int))):
+        for (begin, end), row in zip(bounds, [*rows[:2], last]):
+            graph.set_tile_mapping(variable[begin:end], row)
+    expected = np.concatenate([np.broadcast_to(row, (end - begin, 2, 3))
+                               for (begin, end), row in zip(bounds, rows)])
+    twin = graph.add_variable(FLOAT, shape, "twin")
+    graph.set_tile_mapping(twin, TileMapping.from_element_tiles(expected.reshape(-1)))
+    table = graph._table  # noqa: SLF001 (what the table stores)
+    assert [(first - a.first_id, count, row) for first, count, row in
+            table.regions(a.first_id, a.num_elements)] == [(0, 30, 6), (30, 30, 6), (60, 12, 6)]
+    np.testing.assert_array_equal(graph.element_tiles(a), expected.reshape(-1))
+    np.testing.assert_array_equal(graph.element_tiles(a[3:8, 1]), expected[3:8, 1].reshape(-1))
+    assert graph.rows_alike(a[5:10]) and not graph.rows_alike(a[4:10])
+    assert graph.same_tiles(a, b) and graph.same_tiles(a, twin) and graph.same_tiles(a[1:], b[1:])
+    assert not graph.same_tiles(a, c) and not graph.same_tiles(a[::-1], b)
+    assert graph.same_tiles(a[2:11], twin[2:11]) and not graph.same_tiles(c[2:11], twin[2:11])
+    assert graph.is_fully_mapped(a)
