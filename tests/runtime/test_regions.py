@@ -69,3 +69,37 @@ def test_whole_variables_joined_are_a_region_per_tile_and_variable_as_a_walk_fin
         found = regions.tile_regions(joined)
         for mine, theirs in zip(found, walked):
             np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_shard_of_a_sharded_sequence_has_the_regions_its_expanded_twin_has():
+    """A view inside one shard of a sequence mapped shard by shard is read as that shard's
+    repeating row (``variable_tiles(variable, within)``), never copied out; its slice regions
+    and memory regions are those of a twin mapped element by element."""
+    from gruc import TileMapping
+    from gruc.runtime.codelets.dynamic import slice_regions
+    from gruc.runtime.codelets.regions import tile_regions, variable_tiles
+
+    rng = np.random.default_rng(5)
+    graph = Graph(Target.custom(tiles_per_ipu=6))
+    steps, batch, width = 7, 2, 6
+    x = graph.add_variable(FLOAT, (steps, batch, width), "x")
+    bounds = [(0, 3), (3, 5), (5, 7)]
+    rows = [rng.integers(0, 6, (batch, width)) for _ in bounds]
+    for (begin, end), row in zip(bounds, rows):
+        graph.set_tile_mapping(x[begin:end], row)
+    twin = graph.add_variable(FLOAT, x.shape, "twin")
+    graph.set_tile_mapping(twin, TileMapping.from_element_tiles(graph.element_tiles(x)))
+    for begin, end in bounds:
+        shard = variable_tiles(x, x[begin:end])
+        assert shard.repeats and shard.origin == x[begin:end].contiguous_start()
+        assert shard.length == batch * width
+        for base, other in ((x[begin:end], twin[begin:end]),
+                            (x[begin:end, :, 1:4], twin[begin:end, :, 1:4])):
+            columns = base.num_elements // (end - begin)
+            for tile in range(6):
+                assert [np.asarray(found).tolist() for found in slice_regions(
+                    base.reshape([end - begin, columns]), end - begin, columns, tile)] == \
+                    [np.asarray(found).tolist() for found in slice_regions(
+                        other.reshape([end - begin, columns]), end - begin, columns, tile)]
+            assert [part.tolist() for part in tile_regions(base)] == \
+                [part.tolist() for part in tile_regions(other)]

@@ -427,9 +427,8 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
         layout = base.layout()
         if len(variables) == 1 and isinstance(layout, Strided) and base.rank == 2 \
                 and layout.strides[1] == 1:  # the tile's columns are one run of ids: the usual case
-            variable = variables[0]
-            tiles = variable_tiles(variable)
-            local = layout.offset - variable.first_id
+            tiles = variable_tiles(variables[0], base)
+            local = layout.offset - tiles.origin
             if (tiles.tiles_of_run(local, columns) == tile).all():
                 sizes = np.array([columns], dtype=np.int64)
                 if rows == 1:
@@ -453,9 +452,8 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
     if len(variables) != 1:  # parts of several variables: a region per run of ids
         breaks = np.flatnonzero(np.diff(first) != 1)
         return np.diff(np.concatenate(([0], breaks + 1, [len(first)]))), False
-    variable = variables[0]
-    layout_tiles = variable_tiles(variable)
-    local = first - variable.first_id
+    layout_tiles = variable_tiles(variables[0], base)
+    local = first - layout_tiles.origin
     tiles = layout_tiles.tiles_of(local)
     breaks = np.flatnonzero((np.diff(local) != 1) | (np.diff(tiles) != 0))
     cuts = breaks[(tiles[breaks] != tiles[breaks + 1])
@@ -465,7 +463,7 @@ def slice_regions(base, rows: int, columns: int, tile: int) -> tuple[np.ndarray,
         return sizes, len(sizes) == 1
     if layout_tiles.repeats and row_stride == layout_tiles.length:
         return sizes, bool(layout_tiles.counts()[tile] == columns)
-    after = int(np.min(second)) - variable.first_id
+    after = int(np.min(second)) - layout_tiles.origin
     return sizes, bool(after > local[-1] and not layout_tiles.tile_between(
         int(local[-1]), after, tile))
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from gruc.ir.mapping import distinct
 from gruc.ir.tensor import Tensor, Variable, joined_parts
+from gruc.ir.layout import Strided
 from gruc.ir.tile_table import repeats_its_rows
 
 _MEMO_ENTRIES = 256
@@ -30,25 +31,28 @@ _CHECKED_BELOW = 1 << 22
 """Rows of fewer tiles than this are compared with a copy at every use (a memo is never stale);
 longer ones are trusted while the table's array and the variable's row length are unchanged."""
 
-_MEMO: dict[int, "tuple[weakref.ref[Variable], VariableTiles]"] = {}
-"""The last :class:`VariableTiles` of each variable, by ``id``: a step's thousand dynamic slice
-vertices read one sequence.  It holds its variables weakly and forgets a variable's entry when
+_MEMO: dict[tuple, "tuple[weakref.ref[Variable], VariableTiles]"] = {}
+"""The last :class:`VariableTiles` of each variable (and of each shard of it), by ``id`` and
+stretch: a step's thousand dynamic slice vertices read one sequence.  It holds its variables weakly and forgets a variable's entry when
 the variable goes: a memo that held them would keep each one's whole graph alive, and a study
 planning layer after layer in one process grew by a graph a plan (378 MB a plan of a 768-wide
 training GRU on an ipu2)."""
 
 
 class VariableTiles:
-    """The tiles of one variable's elements as the graph stores them: a row of ``length`` tiles
-    that repeats (a sequence laid out alike at every step), or every element (``length`` = its
-    size); with the row's elements sorted by tile, made when first asked."""
+    """The tiles of one variable's elements as the graph stores them — or of one stretch of its
+    rows, a sharded sequence's shard, from ``origin`` (its first id; positions count from it): a
+    row of ``length`` tiles that repeats (a sequence laid out alike at every step), or every
+    element (``length`` = its size); with the row's elements sorted by tile, made when first
+    asked."""
 
-    __slots__ = ("row", "length", "repeats", "key", "num_tiles", "_snapshot", "_counts",
-                 "_order", "_starts")
+    __slots__ = ("row", "length", "repeats", "key", "num_tiles", "origin", "_snapshot",
+                 "_counts", "_order", "_starts")
 
-    def __init__(self, variable: Variable, key: tuple) -> None:
-        graph = variable.graph
-        view = graph.element_tile_view(variable)
+    def __init__(self, tensor: Tensor, key: tuple) -> None:
+        graph = tensor.graph
+        view = graph.element_tile_view(tensor)
+        self.origin = tensor.contiguous_start()
         self.key = key
         self.repeats = bool(view.ndim > 0 and repeats_its_rows(view))
         self.row = (view[0] if self.repeats else view).reshape(-1)
@@ -132,30 +136,61 @@ class VariableTiles:
         return rows * self._counts[tiles] + in_row[column]
 
 
-def variable_tiles(variable: Variable) -> VariableTiles:
-    """The :class:`VariableTiles` of ``variable``, kept while its graph's table keeps its array
-    and the variable its stretches of rows alike."""
+def variable_tiles(variable: Variable, within: Tensor | None = None) -> VariableTiles:
+    """The :class:`VariableTiles` of ``variable`` — of the one stretch of its rows alike that
+    holds every element of ``within`` (a view of it), if it has several (a sharded sequence,
+    whose shard's rows are read as one repeated row, not copied out) — kept while its graph's
+    table keeps its array and the variable its stretches of rows alike."""
     table = variable.graph._table  # noqa: SLF001 (read only: which array, which stretches)
     stretches = table.regions(variable.first_id, variable.num_elements)
+    if len(stretches) > 1 and within is not None:
+        stretch = _stretch_of(within, stretches)
+        if stretch is not None:
+            first, count, row = stretch
+            rows = variable[(first - variable.first_id) // row:
+                            (first + count - variable.first_id) // row]
+            return _memoised(variable, first, (id(table.array), count, row, table.array[
+                first:first + row].tobytes()), lambda key: VariableTiles(rows, key))
     # stretches of rows alike are copied out row by row: their rows' tiles are the key too
     key = (id(table.array), tuple(stretches), b"".join(
         table.array[first:first + row].tobytes() for first, _, row in stretches)
         if len(stretches) > 1 else b"")
-    entry = _MEMO.get(id(variable))
+    return _memoised(variable, None, key, lambda key: VariableTiles(variable, key))
+
+
+def _stretch_of(tensor: Tensor, stretches: list[tuple[int, int, int]]
+                ) -> tuple[int, int, int] | None:
+    """The stretch ``(first id, ids, row)`` holding every element of a strided view, or None."""
+    layout = tensor.layout()
+    if not isinstance(layout, Strided) or not tensor.num_elements:
+        return None
+    low = high = layout.offset
+    for size, stride in zip(tensor.shape, layout.strides):
+        reach = (size - 1) * stride
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return next(((first, count, row) for first, count, row in stretches
+                 if first <= low and high < first + count), None)
+
+
+def _memoised(variable: Variable, stretch: int | None, key: tuple, make) -> VariableTiles:
+    """The memo's entry of ``variable`` (of its stretch from id ``stretch``, or all of it) if
+    made under ``key``, else ``make(key)``, remembered."""
+    slot = (id(variable), stretch)
+    entry = _MEMO.get(slot)
     if entry is not None and entry[0]() is variable and entry[1].key == key:
         return entry[1]
     if len(_MEMO) >= _MEMO_ENTRIES:
         _MEMO.pop(next(iter(_MEMO)))
-    found = VariableTiles(variable, key)
-    _MEMO[id(variable)] = (weakref.ref(variable, functools.partial(_forget, id(variable))), found)
+    found = make(key)
+    _MEMO[slot] = (weakref.ref(variable, functools.partial(_forget, slot)), found)
     return found
 
 
-def _forget(key: int, _gone: "weakref.ref[Variable]") -> None:
+def _forget(slot: tuple, _gone: "weakref.ref[Variable]") -> None:
     """A memo entry's variable has gone: drop the entry (its tiles view the graph's table)."""
-    entry = _MEMO.get(key)
+    entry = _MEMO.get(slot)
     if entry is not None and entry[0] is _gone:
-        del _MEMO[key]
+        del _MEMO[slot]
 
 
 def whole_variable(tensor: Tensor) -> bool:
@@ -207,8 +242,8 @@ def tile_regions(tensor: Tensor, elements: np.ndarray | None = None
                                        variable.first_id + variable.num_elements])
         if lo == hi:
             continue
-        layout = variable_tiles(variable)
-        local = ids[lo:hi] - variable.first_id
+        layout = variable_tiles(variable, tensor if len(variables) == 1 else None)
+        local = ids[lo:hi] - layout.origin
         tiles = layout.tiles_of(local).astype(np.int64)
         tile_of[lo:hi] = tiles
         keys[lo:hi] = (tiles * len(variables) + index) * span + layout.ranks(local, tiles)
