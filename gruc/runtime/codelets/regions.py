@@ -33,10 +33,10 @@ longer ones are trusted while the table's array and the variable's row length ar
 
 _MEMO: dict[tuple, "tuple[weakref.ref[Variable], VariableTiles]"] = {}
 """The last :class:`VariableTiles` of each variable (and of each shard of it), by ``id`` and
-stretch: a step's thousand dynamic slice vertices read one sequence.  It holds its variables weakly and forgets a variable's entry when
-the variable goes: a memo that held them would keep each one's whole graph alive, and a study
-planning layer after layer in one process grew by a graph a plan (378 MB a plan of a 768-wide
-training GRU on an ipu2)."""
+stretch: a step's thousand dynamic slice vertices read one sequence.  It holds its variables
+weakly and forgets a variable's entry when the variable goes: a memo that held them would keep
+each one's whole graph alive, and a study planning layer after layer in one process grew by a
+graph a plan (378 MB a plan of a 768-wide training GRU on an ipu2)."""
 
 
 class VariableTiles:
@@ -105,9 +105,9 @@ class VariableTiles:
 
     def tiles_between(self, firsts: np.ndarray, lasts: np.ndarray, tile: int) -> np.ndarray:
         """:meth:`tile_between` of each pair ``firsts[k] < lasts[k]`` at once, from the row
-        sorted by tile (a long gap's answer for :meth:`tile_between` too): a wide layer's slice vertex asks it of every gap between its runs (half
-        a million questions a training layer at H = 2,759, one at a time most of a second each
-        thousand)."""
+        sorted by tile (a long gap's answer for :meth:`tile_between` too): a wide layer's slice
+        vertex asks it of every gap between its runs (half a million questions a training layer
+        at H = 2,759, one at a time most of a second each thousand)."""
         gap = lasts - firsts > 1
         if not gap.any():
             return gap
