@@ -98,6 +98,11 @@ def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
                for begin in range(0, len(first), step))
 
 
+def _spans(tensor: Tensor) -> list[tuple[int, int]]:
+    """``(first id, ids)`` of each variable a view reads."""
+    return [(variable.first_id, variable.num_elements) for variable in tensor.variables()]
+
+
 def _same_pieces(first: list[tuple[int, int, np.ndarray]],
                  second: list[tuple[int, int, np.ndarray]]) -> bool:
     """Whether two views cut in pieces of rows alike (``TileTable.row_pieces``) have the same
@@ -323,7 +328,8 @@ class Graph:
                 and self._table.repeating_row(start, tensor.num_elements) is not None:
             self._write_rows(tensor, np.broadcast_to(tiles, tensor.shape)[0])  # one row, once
         elif rows_alike and self._rows_of_one_variable(tensor, start) and self._table.repeat_rows(
-                start, tensor.num_elements, np.broadcast_to(tiles, tensor.shape)[0].reshape(-1)):
+                start, tensor.num_elements, np.broadcast_to(tiles, tensor.shape)[0].reshape(-1),
+                _spans(tensor)[0]):
             pass  # whole rows of a repeating variable (a shard of a sequence): they repeat a row
         else:
             self._before_write(tensor, whole)
@@ -392,7 +398,8 @@ class Graph:
         layout = tensor.layout()
         if not isinstance(layout, Strided) or tensor.rank == 0:
             return False
-        row = self._table.row_of_view(layout, tensor.shape) if tensor.num_elements else None
+        row = self._table.row_of_view(layout, tensor.shape, _spans(tensor)) \
+            if tensor.num_elements else None
         return row is not None and layout.strides[0] % row == 0
 
     def row_stretches(self, variable: Variable) -> list[tuple[int, np.ndarray, int]]:
@@ -428,7 +435,7 @@ class Graph:
                                               tensor.shape))
         layout = tensor.layout()
         if isinstance(layout, Strided):
-            return self._table.view(layout, tensor.shape, gather=gather)
+            return self._table.view(layout, tensor.shape, _spans(tensor), gather=gather)
         return self._table.gather(layout) if gather else None
 
     def element_tiles_of_ids(self, ids: np.ndarray) -> np.ndarray:
@@ -439,7 +446,7 @@ class Graph:
         """Whether two views of as many elements have them on the same tiles, element by element
         (flattened): two sequences the table stores as one step each compare first rows, two
         sharded ones first rows shard by shard."""
-        pieces = [self._table.row_pieces(t.layout(), t.shape) if t.shape == first.shape
+        pieces = [self._table.row_pieces(t.layout(), t.shape, _spans(t)) if t.shape == first.shape
                   and isinstance(t.layout(), Strided) else None for t in (first, second)]
         if pieces[0] is not None and pieces[1] is not None:
             return _same_pieces(*pieces)
@@ -571,7 +578,8 @@ class Graph:
             value = fields[name]
             if spec.vector:
                 expect(isinstance(value, (tuple, list)), GrucTypeError,
-                       f"vertex {kind.name} field {name!r} is a vector field: give a list of tensors")
+                       f"vertex {kind.name} field {name!r} is a vector field: give a list of "
+                       "tensors")
                 connected[name] = tuple(self._own(t) for t in value)
             else:
                 connected[name] = self._own(value)

@@ -155,33 +155,44 @@ class TileTable:
         return None if found is None or count is not None and found[0] != count else found[1]
 
     def regions(self, first: int, count: int) -> list[tuple[int, int, int]]:
-        """``(first id, ids, row length)`` of the repeating regions within ``[first, first +
-        count)``, in id order: a variable either lies in regions end to end or in none."""
-        if not self._repeats:
-            return []
-        firsts, _, _ = self._region_bounds()
-        at = int(np.searchsorted(firsts, first))
-        stop = int(np.searchsorted(firsts, first + count))
-        return [(begin, *self._repeats[begin]) for begin in firsts[at:stop].tolist()]
+        """``(first id, ids, row length)`` of the repeating regions of the variable whose ids are
+        ``[first, first + count)``, in id order: a variable lies in regions end to end (the first
+        at its first id) or in none, so they are found one from the next."""
+        found, begin = [], first
+        while begin < first + count and begin in self._repeats:
+            ids, row = self._repeats[begin]
+            found.append((begin, ids, row))
+            begin += ids
+        return found
 
-    def row_of_view(self, layout: Strided, shape: Shape) -> int | None:
+    def _regions_under(self, layout: Strided, shape: Shape,
+                       spans: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """The repeating regions of the variables ``spans`` (first id, ids) that hold some id
+        of a strided view of them (of at least one element)."""
+        low, high = _id_extent(layout, shape)
+        return [region for first, count in spans for region in self.regions(first, count)
+                if region[0] <= high and low < region[0] + region[1]]
+
+    def row_of_view(self, layout: Strided, shape: Shape, spans: list[tuple[int, int]]
+                    ) -> int | None:
         """The row length of the one repeating region holding every id of a strided view (of
-        at least one element), or None."""
-        under = self._regions_under(layout, shape) if self._repeats else []
+        at least one element) of the variables ``spans`` (first id, ids), or None."""
+        under = self._regions_under(layout, shape, spans)
         if len(under) != 1:
             return None
-        ids, row = self._repeats[under[0]]
+        first, ids, row = under[0]
         low, high = _id_extent(layout, shape)
-        return row if under[0] <= low and high < under[0] + ids else None
+        return row if first <= low and high < first + ids else None
 
-    def repeat_rows(self, start: int, count: int, row_tiles: np.ndarray) -> bool:
-        """Let the ids ``[start, start + count)`` repeat ``row_tiles`` (one row) from now on, if
-        they are whole rows of one repeating region of that row length: the region is cut in up
-        to three, the part before and the part after keeping its row (a sequence's shards mapped
-        one after another, each from one row's tiles, cost a row each).  False (nothing changed)
-        otherwise."""
+    def repeat_rows(self, start: int, count: int, row_tiles: np.ndarray,
+                    span: tuple[int, int]) -> bool:
+        """Let the ids ``[start, start + count)`` of the variable ``span`` (first id, ids) repeat
+        ``row_tiles`` (one row) from now on, if they are whole rows of one repeating region of
+        that row length: the region is cut in up to three, the part before and the part after
+        keeping its row (a sequence's shards mapped one after another, each from one row's
+        tiles, cost a row each).  False (nothing changed) otherwise."""
         row = len(row_tiles)
-        region = next(((begin, ids, length) for begin, (ids, length) in self._repeats.items()
+        region = next(((begin, ids, length) for begin, ids, length in self.regions(*span)
                        if begin <= start < begin + ids), None)
         if region is None or not count or count % row:
             return False
@@ -220,12 +231,14 @@ class TileTable:
             _prefault(self.array, begin, begin + ids)
             self._bounds = None
 
-    def view(self, layout: Strided, shape: Shape, *, gather: bool = True) -> np.ndarray | None:
-        """The tiles of a strided view, shaped like it (read-only): a view of the table where it
-        can be — of ids in one repeating region, folded into its first row — else, for a view
-        stepping whole rows through several regions (a sharded sequence), region by region,
-        else gathered; None without ``gather`` where it is no view of the table."""
-        regions = self._regions_under(layout, shape) if self._repeats else []
+    def view(self, layout: Strided, shape: Shape, spans: list[tuple[int, int]], *,
+             gather: bool = True) -> np.ndarray | None:
+        """The tiles of a strided view of the variables ``spans`` (first id, ids), shaped like
+        it (read-only): a view of the table where it can be — of ids in one repeating region,
+        folded into its first row — else, for a view stepping whole rows through several regions
+        (a sharded sequence), region by region, else gathered; None without ``gather`` where it
+        is no view of the table."""
+        regions = self._regions_under(layout, shape, spans) if math.prod(shape) else []
         if regions:
             folded = self._folded(layout, shape, regions[0]) if len(regions) == 1 else None
             if folded is None:
@@ -241,7 +254,7 @@ class TileTable:
         tiles.flags.writeable = False
         return tiles
 
-    def _by_regions(self, layout: Strided, shape: Shape, regions: list[int]
+    def _by_regions(self, layout: Strided, shape: Shape, regions: list[tuple[int, int, int]]
                     ) -> np.ndarray | None:
         """The tiles of a strided view stepping whole rows through several repeating regions,
         piece by piece (:meth:`row_pieces`); None for any other view."""
@@ -253,20 +266,21 @@ class TileTable:
             result[start:start + count] = tiles
         return result
 
-    def row_pieces(self, layout: Strided, shape: Shape
+    def row_pieces(self, layout: Strided, shape: Shape, spans: list[tuple[int, int]]
                    ) -> list[tuple[int, int, np.ndarray]] | None:
-        """A strided view whose first dim steps whole rows through several repeating regions (a
-        sharded sequence), cut along that dim where it crosses into the next region: ``(first
-        row, rows, tiles)`` per piece, each piece's tiles a view folded into its region's first
-        row (its rows repeat).  None for a view in one region or none, or any other view."""
-        regions = self._regions_under(layout, shape) if self._repeats else []
+        """A strided view of the variables ``spans`` (first id, ids) whose first dim steps whole
+        rows through several repeating regions (a sharded sequence), cut along that dim where it
+        crosses into the next region: ``(first row, rows, tiles)`` per piece, each piece's tiles
+        a view folded into its region's first row (its rows repeat).  None for a view in one
+        region or none, or any other view."""
+        regions = self._regions_under(layout, shape, spans) if math.prod(shape) else []
         return self._pieces(layout, shape, regions) if len(regions) > 1 else None
 
-    def _pieces(self, layout: Strided, shape: Shape, regions: list[int]
+    def _pieces(self, layout: Strided, shape: Shape, regions: list[tuple[int, int, int]]
                 ) -> list[tuple[int, int, np.ndarray]] | None:
         if not shape or not regions or not layout.strides[0]:
             return None
-        rows = {self._repeats[first][1] for first in regions}
+        rows = {row for _, _, row in regions}
         row = rows.pop()
         if rows or layout.strides[0] % row:
             return None
@@ -274,15 +288,15 @@ class TileTable:
         step, start = layout.strides[0], 0
         while start < shape[0]:
             offset = layout.offset + start * step
-            first = next((f for f in regions
-                          if f <= offset < f + self._repeats[f][0]), None)
-            if first is None:  # ids stored as they are, up to the next region's
+            region = next(((first, ids) for first, ids, _ in regions
+                           if first <= offset < first + ids), None)
+            if region is None:  # ids stored as they are
                 return None
-            end = self._repeats[first][0] + first
-            count = min(shape[0] - start, (end - 1 - offset) // step + 1 if step > 0
+            first, ids = region
+            count = min(shape[0] - start, (first + ids - 1 - offset) // step + 1 if step > 0
                         else (offset - first) // -step + 1)
             piece_shape = (count, *shape[1:])
-            folded = self._folded(Strided(offset, layout.strides), piece_shape, first)
+            folded = self._folded(Strided(offset, layout.strides), piece_shape, (first, ids, row))
             if folded is None:
                 return None
             tiles = strided_view(self.array, 0, folded, piece_shape)
@@ -299,25 +313,12 @@ class TileTable:
                             np.array([self._repeats[f][1] for f in firsts.tolist()], np.int64))
         return self._bounds
 
-    def _regions_under(self, layout: Strided, shape: Shape) -> list[int]:
-        """First ids of the repeating regions holding some id of a strided view."""
-        if not math.prod(shape):
-            return []
-        low, high = _id_extent(layout, shape)
-        firsts, ends, _ = self._region_bounds()
-        at = int(np.searchsorted(firsts, low, side="right")) - 1
-        found = []
-        for k in range(max(at, 0), len(firsts)):
-            if firsts[k] > high:
-                break
-            if ends[k] > low:
-                found.append(int(firsts[k]))
-        return found
-
-    def _folded(self, layout: Strided, shape: Shape, first: int) -> Strided | None:
-        """``layout`` (its ids inside the repeating region at ``first``) moved into the region's
-        first row, if no dim of it wraps around a row: a dim moving whole rows stays put."""
-        ids, row = self._repeats[first]
+    def _folded(self, layout: Strided, shape: Shape, region: tuple[int, int, int]
+                ) -> Strided | None:
+        """``layout`` (its ids inside the repeating ``region``: first id, ids, row) moved into
+        the region's first row, if no dim of it wraps around a row: a dim moving whole rows stays
+        put."""
+        first, ids, row = region
         low, high = _id_extent(layout, shape)
         if low < first or high >= first + ids:
             return None
