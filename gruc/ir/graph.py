@@ -442,13 +442,27 @@ class Graph:
         """The tile of each global element id."""
         return self._table.gather(np.asarray(ids))
 
+    def row_pieces(self, tensor: Tensor) -> list[tuple[int, int, np.ndarray]] | None:
+        """``(first row, rows, tiles)`` per stretch of a view's rows that have one row's tiles
+        (a sharded sequence: a stretch a shard; one laid out alike at every step: one), each
+        piece's tiles a read-only view whose rows repeat; None where not known so."""
+        layout = tensor.layout()
+        if not isinstance(layout, Strided) or tensor.rank < 2 or not tensor.num_elements:
+            return None
+        pieces = self._table.row_pieces(layout, tensor.shape, _spans(tensor))
+        if pieces is not None:
+            return pieces
+        tiles = self._table.view(layout, tensor.shape, _spans(tensor), gather=False)
+        return [(0, len(tiles), tiles)] if tiles is not None and repeats_its_rows(tiles) \
+            else None
+
     def same_tiles(self, first: Tensor, second: Tensor) -> bool:
         """Whether two views of as many elements have them on the same tiles, element by element
         (flattened): two sequences the table stores as one step each compare first rows, two
         sharded ones first rows shard by shard."""
-        pieces = [self._table.row_pieces(t.layout(), t.shape, _spans(t)) if t.shape == first.shape
-                  and isinstance(t.layout(), Strided) else None for t in (first, second)]
-        if pieces[0] is not None and pieces[1] is not None:
+        pieces = [self.row_pieces(t) if t.shape == first.shape else None
+                  for t in (first, second)]
+        if pieces[0] is not None and pieces[1] is not None and len(pieces[0] + pieces[1]) > 2:
             return _same_pieces(*pieces)
         tiles, other = self.element_tile_view(first), self.element_tile_view(second)
         if tiles.shape == other.shape and repeats_its_rows(tiles) and repeats_its_rows(other):

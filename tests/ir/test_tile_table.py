@@ -141,3 +141,9 @@ def test_sharded_sequences_are_stored_and_compared_a_row_a_shard():
     assert not graph.same_tiles(a, c) and not graph.same_tiles(a[::-1], b)
     assert graph.same_tiles(a[2:11], twin[2:11]) and not graph.same_tiles(c[2:11], twin[2:11])
     assert graph.is_fully_mapped(a)
+    whole = graph.add_variable(FLOAT, shape, "whole")  # every step on the first shard's tiles
+    graph.set_tile_mapping(whole, rows[0])
+    assert graph.same_tiles(a[0:5], whole[0:5]) and not graph.same_tiles(a, whole)
+    assert [(start, count) for start, count, _ in graph.row_pieces(a[1:11])] == \
+        [(0, 4), (4, 5), (9, 1)]
+    assert graph.row_pieces(whole[2:9]) is not None and graph.row_pieces(twin) is None
