@@ -120,15 +120,20 @@ class TileTable:
         """``array``, to write tiles into: a copy of its stored ids first if another table may
         read it (the ids past a repeating region's first row are never stored: not copied)."""
         if self._shared:
-            own = _allocate(self.size)
-            begin = 0
-            for first in sorted(self._repeats):
-                count, row = self._repeats[first]
-                own[begin:first + row] = self.array[begin:first + row]
-                begin = first + count
-            own[begin:self.size] = self.array[begin:self.size]
-            self.array, self._shared = own, False
+            self.array, self._shared = self._stored_into(_allocate(self.size)), False
         return self.array
+
+    def _stored_into(self, own: np.ndarray) -> np.ndarray:
+        """``own`` (fresh zeros) with the stored ids of ``array`` copied in: the ids past a
+        repeating region's first row are never stored, so never copied (nor their pages
+        touched: a long sequence's table rows are address space, not memory)."""
+        begin = 0
+        for first in sorted(self._repeats):
+            count, row = self._repeats[first]
+            own[begin:first + row] = self.array[begin:first + row]
+            begin = first + count
+        own[begin:self.size] = self.array[begin:self.size]
+        return own
 
     def add(self, count: int, row: int) -> int:
         """The first of ``count`` new ids, unmapped; with ``row < count`` (``row`` dividing
@@ -136,9 +141,7 @@ class TileTable:
         first, needed = self.size, self.size + count
         self.writable()
         if needed > len(self.array):  # ids past ``needed`` are never read: left untouched,
-            grown = _allocate(max(needed, 2 * len(self.array)))  # no pages
-            grown[:first] = self.array[:first]
-            self.array = grown
+            self.array = self._stored_into(_allocate(max(needed, 2 * len(self.array))))  # no pages
         stored = row if 0 < row < count else count
         _prefault(self.array, first, first + stored)
         self.array[first:first + stored] = UNMAPPED

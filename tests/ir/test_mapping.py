@@ -239,6 +239,9 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
 
     monkeypatch.setattr(table_module.mmap, "mmap", Mapped)
     g = Graph(T16)
+    seq = g.add_variable(FLOAT, (30, 40), "seq")  # stored a row a shard: its rows kept as grown
+    g.set_tile_mapping(seq[:12], np.arange(40) % 16)
+    g.set_tile_mapping(seq[12:], (np.arange(40) + 5) % 16)
     variables = []
     for k in range(12):
         v = g.add_variable(FLOAT, (700 + k,), f"v{k}")
@@ -247,6 +250,9 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
         variables.append(v)
     for k, v in enumerate(variables):
         np.testing.assert_array_equal(g.element_tiles(v), (np.arange(700 + k) + k) % 16)
+    np.testing.assert_array_equal(g.element_tiles(seq).reshape(30, 40),
+                                  np.concatenate([np.tile(np.arange(40) % 16, (12, 1)),
+                                                  np.tile((np.arange(40) + 5) % 16, (18, 1))]))
     assert len(g._table.array) >= g._table.size > 5000
 
 
