@@ -122,14 +122,36 @@ class Tensor:
         return copy
 
     def slice(self, begin: int | Sequence[int], end: int | Sequence[int], dim: int = 0) -> "Tensor":
-        """Elements ``[begin, end)`` of dimension ``dim``; or, given sequences, of every dimension."""
+        """Elements ``[begin, end)`` of dimension ``dim``; or, given sequences, of every dimension.
+        A slice of a concatenation that lies in one of its parts is that part's slice: a sharded
+        layer's shifted sequence is joined from a piece a shard, and each shard's loop slices its
+        own rows — a view of one variable, whose ids and tiles are one stride pattern, not a
+        walk of every piece's ids."""
         if isinstance(begin, Iterable) and isinstance(end, Iterable):
-            return self.apply_view(SliceOp(as_ints(begin, "slice begin"),
-                                           as_ints(end, "slice end")), [self])
-        begin, end = as_int(begin, "slice begin"), as_int(end, "slice end")
-        self._check_dim(dim, "slice")
-        return self.apply_view(SliceOp((0,) * dim + (begin,) + (0,) * (self.rank - dim - 1),
-                                       self.shape[:dim] + (end,) + self.shape[dim + 1:]), [self])
+            op = SliceOp(as_ints(begin, "slice begin"), as_ints(end, "slice end"))
+        else:
+            begin, end = as_int(begin, "slice begin"), as_int(end, "slice end")
+            self._check_dim(dim, "slice")
+            op = SliceOp((0,) * dim + (begin,) + (0,) * (self.rank - dim - 1),
+                         self.shape[:dim] + (end,) + self.shape[dim + 1:])
+        part = self._part_holding(op)
+        return part if part is not None else self.apply_view(op, [self])
+
+    def _part_holding(self, op: SliceOp) -> "Tensor | None":
+        """The slice ``op`` of this concatenation as a slice of the one part that holds all of
+        it; None if this is no concatenation, the slice is empty or out of range (``apply_view``
+        says so), or it takes elements of several parts."""
+        if not isinstance(self.op, ConcatOp) or len(op.begin) != self.rank \
+                or len(op.end) != self.rank \
+                or not all(0 <= b < e <= size for b, e, size in zip(op.begin, op.end, self.shape)):
+            return None
+        dim, at = self.op.dim, 0
+        for part in self.sources:
+            if at <= op.begin[dim] and op.end[dim] <= at + part.shape[dim]:
+                return part.slice(op.begin[:dim] + (op.begin[dim] - at,) + op.begin[dim + 1:],
+                                  op.end[:dim] + (op.end[dim] - at,) + op.end[dim + 1:])
+            at += part.shape[dim]
+        return None
 
     def __getitem__(self, key) -> "Tensor":
         """numpy-style basic indexing: ints, slices (any step) and ``...`` are accepted."""
