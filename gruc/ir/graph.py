@@ -398,9 +398,9 @@ class Graph:
         layout = tensor.layout()
         if not isinstance(layout, Strided) or tensor.rank == 0:
             return False
-        row = self._table.row_of_view(layout, tensor.shape, _spans(tensor)) \
+        region = self._table.region_of_view(layout, tensor.shape, _spans(tensor)) \
             if tensor.num_elements else None
-        return row is not None and layout.strides[0] % row == 0
+        return region is not None and layout.strides[0] % region[2] == 0
 
     def row_stretches(self, variable: Variable) -> list[tuple[int, np.ndarray, int]]:
         """``(first id, tiles of its first row, rows)`` per stretch of ``variable``'s rows that

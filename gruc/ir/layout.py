@@ -105,6 +105,16 @@ def strided_view(array: np.ndarray, first_id: int, layout: Strided, shape: Shape
                                            strides=strides)
 
 
+def id_extent(layout: Strided, shape: Shape) -> tuple[int, int]:
+    """The lowest and highest id of a strided layout of at least one element (negative strides
+    reach down): the range of ids a view can touch, found without listing them."""
+    low = high = layout.offset
+    for size, stride in zip(shape, layout.strides):
+        reach = (size - 1) * stride
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high
+
+
 def strided_distinct(layout: Strided, shape: Shape) -> bool:
     """Whether a strided layout names distinct ids, decided without listing them when it can:
     true if, with its dims ordered by ``|stride|``, each stride exceeds the farthest reach of

@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from gruc.ir.layout import Shape, Strided, materialise, strided_view
+from gruc.ir.layout import Shape, Strided, id_extent, materialise, strided_view
 from gruc.ir.mapping import UNMAPPED
 
 TABLE_RESERVE = 1 << 30
@@ -77,15 +77,6 @@ def _allocate(size: int) -> np.ndarray:
             continue
         return np.frombuffer(memory, dtype=np.int32)
     raise MemoryError(f"no memory for the tile table of {size} elements")
-
-
-def _id_extent(layout: Strided, shape: Shape) -> tuple[int, int]:
-    """The lowest and highest id of a strided view (of at least one element)."""
-    low = high = layout.offset
-    for size, stride in zip(shape, layout.strides):
-        reach = (size - 1) * stride
-        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
-    return low, high
 
 
 def repeats_its_rows(tiles: np.ndarray) -> bool:
@@ -172,20 +163,20 @@ class TileTable:
                        spans: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
         """The repeating regions of the variables ``spans`` (first id, ids) that hold some id
         of a strided view of them (of at least one element)."""
-        low, high = _id_extent(layout, shape)
+        low, high = id_extent(layout, shape)
         return [region for first, count in spans for region in self.regions(first, count)
                 if region[0] <= high and low < region[0] + region[1]]
 
-    def row_of_view(self, layout: Strided, shape: Shape, spans: list[tuple[int, int]]
-                    ) -> int | None:
-        """The row length of the one repeating region holding every id of a strided view (of
-        at least one element) of the variables ``spans`` (first id, ids), or None."""
+    def region_of_view(self, layout: Strided, shape: Shape, spans: list[tuple[int, int]]
+                       ) -> tuple[int, int, int] | None:
+        """The one repeating region ``(first id, ids, row length)`` holding every id of a strided
+        view (of at least one element) of the variables ``spans`` (first id, ids), or None."""
         under = self._regions_under(layout, shape, spans)
         if len(under) != 1:
             return None
-        first, ids, row = under[0]
-        low, high = _id_extent(layout, shape)
-        return row if first <= low and high < first + ids else None
+        first, ids, _ = under[0]
+        low, high = id_extent(layout, shape)
+        return under[0] if first <= low and high < first + ids else None
 
     def repeat_rows(self, start: int, count: int, row_tiles: np.ndarray,
                     span: tuple[int, int]) -> bool:
@@ -322,7 +313,7 @@ class TileTable:
         the region's first row, if no dim of it wraps around a row: a dim moving whole rows stays
         put."""
         first, ids, row = region
-        low, high = _id_extent(layout, shape)
+        low, high = id_extent(layout, shape)
         if low < first or high >= first + ids:
             return None
         start = (layout.offset - first) % row

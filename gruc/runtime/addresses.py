@@ -21,7 +21,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from gruc.errors import GrucValueError
-from gruc.ir.layout import ConcatOp, Strided
+from gruc.ir.layout import ConcatOp, Strided, id_extent
 from gruc.ir.tensor import Tensor
 from gruc.memory.plan import MemoryPlan
 from gruc.runtime.row_runs import ColumnRowRuns, RowRuns
@@ -292,10 +292,7 @@ class PlanAddresses:
         layout, variables = tensor.layout(), tensor.variables()
         if not isinstance(layout, Strided) or len(variables) != 1 or not tensor.num_elements:
             return False
-        low = high = layout.offset
-        for size, stride in zip(tensor.shape, layout.strides):
-            reach = (size - 1) * stride
-            low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+        low, high = id_extent(layout, tensor.shape)
         segments = self.plan.segments
         at = int(np.searchsorted(segments[:, 0], low, side="right")) - 1
         if at < 0:

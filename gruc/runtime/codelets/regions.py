@@ -143,33 +143,22 @@ def variable_tiles(variable: Variable, within: Tensor | None = None) -> Variable
     table keeps its array and the variable its stretches of rows alike."""
     table = variable.graph._table  # noqa: SLF001 (read only: which array, which stretches)
     stretches = table.regions(variable.first_id, variable.num_elements)
-    if len(stretches) > 1 and within is not None:
-        stretch = _stretch_of(within, stretches)
-        if stretch is not None:
-            first, count, row = stretch
-            rows = variable[(first - variable.first_id) // row:
-                            (first + count - variable.first_id) // row]
-            return _memoised(variable, first, (id(table.array), count, row, table.array[
-                first:first + row].tobytes()), lambda key: VariableTiles(rows, key))
+    layout = within.layout() if len(stretches) > 1 and within is not None \
+        and within.num_elements else None
+    stretch = table.region_of_view(layout, within.shape, [(variable.first_id,
+                                                           variable.num_elements)]) \
+        if isinstance(layout, Strided) else None
+    if stretch is not None:
+        first, count, row = stretch
+        begin = (first - variable.first_id) // row
+        rows = variable[begin:begin + count // row]
+        return _memoised(variable, first, (id(table.array), count, row, table.array[
+            first:first + row].tobytes()), lambda key: VariableTiles(rows, key))
     # stretches of rows alike are copied out row by row: their rows' tiles are the key too
     key = (id(table.array), tuple(stretches), b"".join(
         table.array[first:first + row].tobytes() for first, _, row in stretches)
         if len(stretches) > 1 else b"")
     return _memoised(variable, None, key, lambda key: VariableTiles(variable, key))
-
-
-def _stretch_of(tensor: Tensor, stretches: list[tuple[int, int, int]]
-                ) -> tuple[int, int, int] | None:
-    """The stretch ``(first id, ids, row)`` holding every element of a strided view, or None."""
-    layout = tensor.layout()
-    if not isinstance(layout, Strided) or not tensor.num_elements:
-        return None
-    low = high = layout.offset
-    for size, stride in zip(tensor.shape, layout.strides):
-        reach = (size - 1) * stride
-        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
-    return next(((first, count, row) for first, count, row in stretches
-                 if first <= low and high < first + count), None)
 
 
 def _memoised(variable: Variable, stretch: int | None, key: tuple, make) -> VariableTiles:
