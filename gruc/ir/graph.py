@@ -77,11 +77,12 @@ class Function:
 
 _COMPARED_AT_ONCE = 1 << 16
 
-MAX_ELEMENTS = 1 << 32
-"""The most elements a graph's variables may hold together.  Each element has an id in the
-graph's tile table (4 bytes each): past 2^30 ids the table grows by copying, and a graph of a
-trillion elements took the process down copying terabytes; 2^32 float elements are 16 GiB of
-data, over a quarter of a Pod64's tile memory."""
+MAX_ELEMENTS = 1 << 34
+"""The most elements a graph's variables may hold together: more than an IPU-POD16 holds (16
+ipu2, 23,552 tiles of 624 KiB: 7.5 billion half elements, under 2^33), so a layer that could fit
+one is never refused for its size.  Each element has an id in the graph's tile table (4 bytes
+each, stored only where a variable's rows are not alike): past 2^30 ids the table grows by
+copying what it stores; a graph of a trillion elements would take the process down."""
 
 
 def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
@@ -228,7 +229,7 @@ class Graph:
         if self._table.size + count > MAX_ELEMENTS:
             raise GrucValueError(f"variable {name!r} of shape {list(shape)} ({count} elements) "
                                  f"would give the graph {self._table.size + count} elements; a "
-                                 f"graph holds at most {MAX_ELEMENTS} (2^32)")
+                                 f"graph holds at most {MAX_ELEMENTS} (2^{MAX_ELEMENTS.bit_length() - 1})")
         return count
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,

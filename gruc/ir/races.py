@@ -101,11 +101,11 @@ def boxes_of(tensor: Tensor) -> list[Box]:
         return [box for source in tensor.sources for box in boxes_of(source)]
     if isinstance(tensor.op, SliceOp) and (pieces := _sliced_parts(tensor)) is not None:
         return [box for piece in pieces for box in boxes_of(piece)]
+    if isinstance(tensor.op, _SAME_SET_OPS):  # before its layout, which a reshape may list
+        return boxes_of(tensor.sources[0])
     start = tensor.contiguous_start()
     if start is not None:
         return [Box.of(start, (1,), (tensor.num_elements,))]
-    if isinstance(tensor.op, _SAME_SET_OPS):
-        return boxes_of(tensor.sources[0])
     layout = tensor.layout()
     if isinstance(layout, Strided):
         return [Box.of(layout.offset, layout.strides, tensor.shape)]

@@ -599,7 +599,7 @@ BAD_INPUTS = [
         var(g, (1,), UNSIGNED_INT, name="o"), [0], [1], Sequence()))(graph()), GrucValueError,
      "dynamic_update cannot write into a view"),
     ("constant-past-element-limit", lambda: graph().add_constant(FLOAT, (2**20, 2**20), 0.0),
-     GrucValueError, "2^32"),
+     GrucValueError, "2^34"),
     ("map-in-place-constant", lambda: (lambda g: map_in_place(
         g, _1 + 1, [g.add_constant(FLOAT, (2,), 1.0, "c")], Sequence()))(graph()),
      GrucValueError, "'c'"),

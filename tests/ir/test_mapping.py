@@ -256,6 +256,28 @@ def test_the_tile_table_keeps_every_mapping_as_it_grows(reserve, prefault, monke
     assert len(g._table.array) >= g._table.size > 5000
 
 
+def test_a_graph_holds_past_2_to_the_32_elements_where_its_sequences_have_rows_alike():
+    """An IPU-POD16 holds 7.5 billion half elements, so a graph of a layer that could fit one
+    must hold past 2^32: a sequence of 2^32 elements mapped from one row's tiles costs its row,
+    the ids after it are past 2^32, and every element's tile is read from the table."""
+    from gruc.ir.graph import MAX_ELEMENTS
+
+    assert MAX_ELEMENTS >= 2 ** 33
+    g = Graph(T16)
+    rows, width = (1 << 16) + 3, 1 << 16
+    seq = g.add_variable(HALF, (rows, width), "seq")
+    g.set_tile_mapping(seq[:5], np.arange(width) % 16)
+    g.set_tile_mapping(seq[5:], (np.arange(width) + 3) % 16)
+    after = g.add_variable(FLOAT, (6,), "after")
+    g.set_tile_mapping(after, TileMapping.from_element_tiles(np.arange(6) + 10))
+    assert int(after.flat_ids()[0]) > 1 << 32 and g._table.size > 1 << 32
+    np.testing.assert_array_equal(g.element_tiles(after), np.arange(6) + 10)
+    np.testing.assert_array_equal(g.element_tiles(seq[rows - 1, 7:11]), (np.arange(7, 11) + 3) % 16)
+    np.testing.assert_array_equal(g.element_tiles(seq[4, :4]), np.arange(4))
+    with pytest.raises(GrucError, match=r"2\^34"):
+        g.add_variable(FLOAT, (MAX_ELEMENTS,), "too_many")
+
+
 def test_the_graph_knows_which_sequences_have_rows_alike_and_which_variables_are_mapped():
     """Rows alike: unmapped, mapped whole from one row's tiles or onto one tile, or cloned from
     such a variable — forgotten as soon as any part is mapped anew; never claimed for a mapping

@@ -72,10 +72,11 @@ def test_whole_variables_joined_are_a_region_per_tile_and_variable_as_a_walk_fin
 
 
 def test_a_shard_of_a_sharded_sequence_has_the_regions_its_expanded_twin_has():
-    """A view inside one shard of a sequence mapped shard by shard is read as that shard's
+    """A view inside one shard of a sequence mapped shard by shard (a strided view, or a join of
+    several, as a training layer's saved intermediates are written) is read as that shard's
     repeating row (``variable_tiles(variable, within)``), never copied out; its slice regions
     and memory regions are those of a twin mapped element by element."""
-    from gruc import TileMapping
+    from gruc import TileMapping, concat
     from gruc.runtime.codelets.dynamic import slice_regions
     from gruc.runtime.codelets.regions import tile_regions, variable_tiles
 
@@ -93,8 +94,13 @@ def test_a_shard_of_a_sharded_sequence_has_the_regions_its_expanded_twin_has():
         shard = variable_tiles(x, x[begin:end])
         assert shard.repeats and shard.origin == x[begin:end].contiguous_start()
         assert shard.length == batch * width
+        joined = concat([x[begin:end, :, 4:6], x[begin:end, :, 0:2]], 2)  # no strided run
+        assert variable_tiles(x, joined) is shard
+        assert variable_tiles(x, concat([x[0:1], x[steps - 1:steps]])).length == x.num_elements
         for base, other in ((x[begin:end], twin[begin:end]),
-                            (x[begin:end, :, 1:4], twin[begin:end, :, 1:4])):
+                            (x[begin:end, :, 1:4], twin[begin:end, :, 1:4]),
+                            (joined, concat([twin[begin:end, :, 4:6],
+                                             twin[begin:end, :, 0:2]], 2))):
             columns = base.num_elements // (end - begin)
             for tile in range(6):
                 assert [np.asarray(found).tolist() for found in slice_regions(

@@ -143,11 +143,8 @@ def variable_tiles(variable: Variable, within: Tensor | None = None) -> Variable
     table keeps its array and the variable its stretches of rows alike."""
     table = variable.graph._table  # noqa: SLF001 (read only: which array, which stretches)
     stretches = table.regions(variable.first_id, variable.num_elements)
-    layout = within.layout() if len(stretches) > 1 and within is not None \
-        and within.num_elements else None
-    stretch = table.region_of_view(layout, within.shape, [(variable.first_id,
-                                                           variable.num_elements)]) \
-        if isinstance(layout, Strided) else None
+    stretch = _stretch_holding(table, variable, within) if len(stretches) > 1 \
+        and within is not None and within.num_elements else None
     if stretch is not None:
         first, count, row = stretch
         begin = (first - variable.first_id) // row
@@ -159,6 +156,24 @@ def variable_tiles(variable: Variable, within: Tensor | None = None) -> Variable
         table.array[first:first + row].tobytes() for first, _, row in stretches)
         if len(stretches) > 1 else b"")
     return _memoised(variable, None, key, lambda key: VariableTiles(variable, key))
+
+
+def _stretch_holding(table, variable: Variable, within: Tensor) -> tuple[int, int, int] | None:
+    """The one stretch of ``variable``'s rows alike ``(first id, ids, row length)`` holding
+    every element of ``within``, found part by part of a concatenation (a training layer's
+    saved intermediates are written through two column slices of one shard's rows: their
+    join's ids are no strided run, but each part's are), or None."""
+    span = [(variable.first_id, variable.num_elements)]
+    found = None
+    for part in joined_parts(within):
+        layout = part.layout()
+        if not part.num_elements or not isinstance(layout, Strided):
+            return None
+        stretch = table.region_of_view(layout, part.shape, span)
+        if stretch is None or found not in (None, stretch):
+            return None
+        found = stretch
+    return found
 
 
 def _memoised(variable: Variable, stretch: int | None, key: tuple, make) -> VariableTiles:
