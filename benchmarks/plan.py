@@ -16,7 +16,9 @@
   RSS of one ``gruc plan gru`` (its row's ``cpu_seconds`` and ``peak_rss_bytes``, each layer in
   a fresh process) of the largest training layer that fits one ipu2 (H = I = 2759, B = 16,
   S = 100; target <= 10 s and <= 1 GB), and of a forward layer (H = I = 256, B = 16) at S = 100
-  and S = 10,000 under the default shard heuristic (target: S = 10,000 / S = 100 <= 1.2).
+  and S = 10,000 under the default shard heuristic (target: S = 10,000 / S = 100 <= 1.2); the
+  training layer of that size at S = 100, 10,000 and 100,000 (past 2^32 elements: a graph must
+  hold what an IPU-POD16 could).
 
 Writes ``benchmarks/results/plan.json``.
 """
@@ -112,6 +114,9 @@ SCALE_LAYERS = {
                                    "--input-size", "256", "--output-size", "256"],
     "forward_H256_B16_S10000_ipu2": ["--batch-size", "16", "--sequence-size", "10000",
                                      "--input-size", "256", "--output-size", "256"],
+    **{f"training_H256_B16_S{steps}_ipu2": [
+        "--phase", "all", "--batch-size", "16", "--sequence-size", str(steps), "--input-size",
+        "256", "--output-size", "256"] for steps in (100, 10000, 100000)},
 }
 """Layers planned at scale (``gruc plan gru`` flags, on the default ipu2)."""
 
@@ -131,10 +136,13 @@ def plan_at_scale(flags: list[str]) -> dict[str, float]:
 def scale() -> dict[str, object]:
     """:data:`SCALE_LAYERS` planned, with the targets beside them."""
     planned = {name: plan_at_scale(flags) for name, flags in SCALE_LAYERS.items()}
-    short, long = (planned[f"forward_H256_B16_S{s}_ipu2"] for s in (100, 10000))
-    return {"layers": planned,
-            "S10000_over_S100": {"cpu": round(long["cpu_seconds"] / short["cpu_seconds"], 2),
-                                 "rss": round(long["peak_rss_mb"] / short["peak_rss_mb"], 2)},
+    def ratio(phase: str) -> dict[str, float]:
+        short, long = (planned[f"{phase}_H256_B16_S{s}_ipu2"] for s in (100, 10000))
+        return {"cpu": round(long["cpu_seconds"] / short["cpu_seconds"], 2),
+                "rss": round(long["peak_rss_mb"] / short["peak_rss_mb"], 2)}
+
+    return {"layers": planned, "S10000_over_S100": ratio("forward"),
+            "training_S10000_over_S100": ratio("training"),
             "targets": {"training_H2759_B16_S100_ipu2": {"cpu_seconds": 10, "peak_rss_mb": 1024},
                         "S10000_over_S100": 1.2}}
 
@@ -178,7 +186,8 @@ def main() -> None:
           f"{search['seconds']} s")
     for name, row in result["scale"]["layers"].items():
         print(f"plan at scale {name}: {row['cpu_seconds']} s CPU, {row['peak_rss_mb']} MB peak RSS")
-    print(f"S = 10,000 / S = 100: {result['scale']['S10000_over_S100']}")
+    print(f"S = 10,000 / S = 100: {result['scale']['S10000_over_S100']} (forward), "
+          f"{result['scale']['training_S10000_over_S100']} (training)")
     print(f"-> {path}")
 
 
