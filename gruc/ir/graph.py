@@ -26,7 +26,7 @@ from gruc.ir.layout import Strided
 from gruc.ir.mapping import UNMAPPED, TileMapping, consecutive_runs, linear_partition
 from gruc.ir.program import Program, check_sequence
 from gruc.ir.tensor import Tensor, Variable, _as_shape, as_int, require_writable
-from gruc.ir.tile_table import TileTable, repeats_its_rows
+from gruc.ir.tile_table import MAX_ELEMENTS, TileTable, repeats_its_rows
 from gruc.ir.vertices import Direction, VertexKind, vertex_kind
 from gruc.target import Target
 from gruc.types import DType, dtype_of
@@ -76,13 +76,6 @@ class Function:
 
 
 _COMPARED_AT_ONCE = 1 << 16
-
-MAX_ELEMENTS = 1 << 34
-"""The most elements a graph's variables may hold together: more than an IPU-POD16 holds (16
-ipu2, 23,552 tiles of 624 KiB: 7.5 billion half elements, under 2^33), so a layer that could fit
-one is never refused for its size.  Each element has an id in the graph's tile table (4 bytes
-each, stored only where a variable's rows are not alike): past 2^30 ids the table grows by
-copying what it stores; a graph of a trillion elements would take the process down."""
 
 
 def _equal_by_chunks(first: np.ndarray, second: np.ndarray) -> bool:
