@@ -458,6 +458,13 @@ class Graph:
                   for t in (first, second)]
         if pieces[0] is not None and pieces[1] is not None and len(pieces[0] + pieces[1]) > 2:
             return _same_pieces(*pieces)
+        if first.shape == second.shape and (pieces[0] is None) != (pieces[1] is None):
+            # one side sharded, the other not (a linearly mapped gradient copied into a sharded
+            # sequence): the other's rows compared with each piece's row, neither expanded
+            known, other = (pieces[0], second) if pieces[1] is None else (pieces[1], first)
+            tiles = self.element_tile_view(other)
+            return all(_equal_by_chunks(tiles[start:start + count], piece)
+                       for start, count, piece in known)
         tiles, other = self.element_tile_view(first), self.element_tile_view(second)
         if tiles.shape == other.shape and repeats_its_rows(tiles) and repeats_its_rows(other):
             tiles, other = tiles[0], other[0]

@@ -419,40 +419,69 @@ class _StepCoster:
         """Local bytes are copied on their tile; each source element held elsewhere is sent to its
         destination's tile (once per receiver if the source names it more than once).  A copy
         between two sequences the graph stores as one step each is counted on their first rows,
-        times the rows."""
-        dst_tiles = self.graph.element_tile_view(node.dst)
-        src_tiles = self.graph.element_tile_view(node.src)
-        rows = 1
-        if src_tiles.shape == dst_tiles.shape and repeats_its_rows(src_tiles) \
-                and repeats_its_rows(dst_tiles) and not node.src.has_repeats():
-            rows, src_tiles, dst_tiles = len(src_tiles), src_tiles[0], dst_tiles[0]
-        size = node.dst.dtype.size * rows
+        times the rows; one into or out of a sharded sequence, shard by shard (the other side's
+        rows against the shard's row: neither expanded)."""
+        broadcast = node.src.has_repeats()
         local, received, sent = self.zeros(), self.zeros(), self.zeros()
-        (dst_row, dst_alike), (src_row, src_alike) = _by_rows(dst_tiles), _by_rows(src_tiles)
         dense = self.num_tiles <= DENSE_PAIR_TILES  # the messages tallied as they are counted
         table = np.zeros(self.num_tiles ** 2 if dense else 0, dtype=np.int64)
-        crosses = _copy_counts(dst_row, dst_alike, src_row, src_alike,
-                               node.dst.num_elements // rows, self.target.tiles_per_ipu, local,
-                               received, sent, table)
+        crosses, listed = False, []
+        for dst_tiles, src_tiles in self._copy_sides(node, broadcast):
+            rows = 1
+            if src_tiles.shape == dst_tiles.shape and repeats_its_rows(src_tiles) \
+                    and repeats_its_rows(dst_tiles) and not broadcast:
+                rows, src_tiles, dst_tiles = len(src_tiles), src_tiles[0], dst_tiles[0]
+            counted = [self.zeros() for _ in range(3)] if rows > 1 else [local, received, sent]
+            pair_counts = np.zeros_like(table) if rows > 1 else table
+            (dst_row, dst_alike), (src_row, src_alike) = _by_rows(dst_tiles), _by_rows(src_tiles)
+            crosses |= _copy_counts(dst_row, dst_alike, src_row, src_alike,
+                                    dst_tiles.size, self.target.tiles_per_ipu, *counted,
+                                    pair_counts)
+            if rows > 1:
+                for total, part in zip((local, received, sent), counted):
+                    total += part * rows
+                table += pair_counts * rows
+            if counted[1].any() and not dense and not broadcast:
+                keys, counts = _copy_pairs(dst_row, src_row, self.num_tiles)
+                listed.append((keys, counts * rows))
+        size = node.dst.dtype.size
         local *= size
         compute += np.where(local > 0, -(-local // COPY_BYTES_PER_CYCLE), 0)
         if not received.any():
             return
-        if node.src.has_repeats():  # a broadcast source: one transfer per (element, receiver)
-            dst_tiles, src_tiles = dst_tiles.astype(np.int64).reshape(-1), \
-                src_tiles.astype(np.int64).reshape(-1)
+        if broadcast:  # a broadcast source: one transfer per (element, receiver)
+            dst_tiles, src_tiles = (self.graph.element_tile_view(t).astype(np.int64).reshape(-1)
+                                    for t in (node.dst, node.src))
             self.remote_by_element(node.src, dst_tiles, src_tiles, dst_tiles != src_tiles,
                                    traffic)
-        else:  # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
-            traffic.bytes_in += received * size
-            traffic.bytes_out += sent * size
-            if dense:
-                keys = np.flatnonzero(table)
-                counts = table[keys]
-            else:
-                keys, counts = _copy_pairs(dst_row, src_row, self.num_tiles)
-            traffic.pairs(keys, counts * size)
-            traffic.crossing = traffic.crossing or crosses
+            return
+        # (one pass, no per-element temporaries: a long sequence's copy has 10^8 elements)
+        traffic.bytes_in += received * size
+        traffic.bytes_out += sent * size
+        if dense:
+            keys = np.flatnonzero(table)
+            traffic.pairs(keys, table[keys] * size)
+        else:
+            for keys, counts in listed:
+                traffic.pairs(keys, counts * size)
+        traffic.crossing = traffic.crossing or crosses
+
+    def _copy_sides(self, node: Copy, broadcast: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The element tiles of a copy's two sides, whole, or a stretch of rows at a time where
+        one side is a sharded sequence and the other is not (a linearly mapped gradient copied
+        into one: the sharded side's stretches stay one row each)."""
+        dst, src = node.dst, node.src
+        pieces = None
+        if dst.shape == src.shape and not broadcast:
+            known = [self.graph.row_pieces(t) for t in (dst, src)]
+            if (known[0] is None) != (known[1] is None):
+                pieces = known[0] if known[0] is not None else known[1]
+        if pieces is None or len(pieces) < 2:
+            yield self.graph.element_tile_view(dst), self.graph.element_tile_view(src)
+            return
+        for start, count, _ in pieces:
+            yield (self.graph.element_tile_view(dst[start:start + count]),
+                   self.graph.element_tile_view(src[start:start + count]))
 
     def step(self, step: Step) -> StepCost:
         """One step's cost.  Exchange takes the busiest tile's larger direction (in or out) at the

@@ -83,6 +83,14 @@ def exchange_module() -> Module:
     graph.map_tensor_linearly(scattered, grain_size=1, min_elements_per_tile=1)
     prog.add(Copy(scattered, relaid))
     prog.add(Copy(laid.reverse(2), scattered))
+    # a sequence mapped shard by shard (a row a shard) copied from and into one mapped element
+    # by element: counted shard by shard, neither expanded
+    sharded = graph.add_variable(FLOAT, (5, 2, 3), "sharded")
+    graph.set_tile_mapping(sharded[:2], np.array([[1, 2, 3], [4, 5, 6]]))
+    graph.set_tile_mapping(sharded[2:], np.array([[6, 0, 0], [7, 3, 2]]))
+    assert len(graph.row_pieces(sharded)) == 2 and graph.row_pieces(scattered) is None
+    prog.add(Copy(scattered, sharded))
+    prog.add(Copy(sharded[1:], scattered[:4]))
     mixed = graph.add_variable(FLOAT, (5, 6), "mixed")  # first and last step on tile 2 only
     graph.set_tile_mapping(mixed, np.array([2, 6, 6, 6, 2])[:, None].repeat(6, 1))
     dynamic_slice(graph, mixed, offset, [0], [1], prog)
