@@ -222,7 +222,8 @@ class Graph:
         if self._table.size + count > MAX_ELEMENTS:
             raise GrucValueError(f"variable {name!r} of shape {list(shape)} ({count} elements) "
                                  f"would give the graph {self._table.size + count} elements; a "
-                                 f"graph holds at most {MAX_ELEMENTS} (2^{MAX_ELEMENTS.bit_length() - 1})")
+                                 f"graph holds at most {MAX_ELEMENTS} "
+                                 f"(2^{MAX_ELEMENTS.bit_length() - 1})")
         return count
 
     def _new_variable(self, dtype: DType, shape: tuple[int, ...], name: str,
@@ -450,6 +451,20 @@ class Graph:
         return [(0, len(tiles), tiles)] if tiles is not None and repeats_its_rows(tiles) \
             else None
 
+    def pieces_of_one(self, first: Tensor, second: Tensor, pieces: list | None = None
+                      ) -> list[tuple[int, int, np.ndarray]] | None:
+        """The :meth:`row_pieces` of whichever of two views of one shape is a sharded sequence
+        (two pieces or more) when the other is not (a linearly mapped gradient copied into one),
+        so the pair can be read a piece of rows at a time, neither expanded; else None.
+        ``pieces``: the two views' row pieces, if already asked."""
+        if first.shape != second.shape:
+            return None
+        pieces = pieces or [self.row_pieces(t) for t in (first, second)]
+        if (pieces[0] is None) == (pieces[1] is None):
+            return None
+        known = pieces[0] if pieces[0] is not None else pieces[1]
+        return known if len(known) > 1 else None
+
     def same_tiles(self, first: Tensor, second: Tensor) -> bool:
         """Whether two views of as many elements have them on the same tiles, element by element
         (flattened): two sequences the table stores as one step each compare first rows, two
@@ -458,11 +473,9 @@ class Graph:
                   for t in (first, second)]
         if pieces[0] is not None and pieces[1] is not None and len(pieces[0] + pieces[1]) > 2:
             return _same_pieces(*pieces)
-        if first.shape == second.shape and (pieces[0] is None) != (pieces[1] is None):
-            # one side sharded, the other not (a linearly mapped gradient copied into a sharded
-            # sequence): the other's rows compared with each piece's row, neither expanded
-            known, other = (pieces[0], second) if pieces[1] is None else (pieces[1], first)
-            tiles = self.element_tile_view(other)
+        known = self.pieces_of_one(first, second, pieces)
+        if known is not None:  # the other's rows compared with each piece's row
+            tiles = self.element_tile_view(second if known is pieces[0] else first)
             return all(_equal_by_chunks(tiles[start:start + count], piece)
                        for start, count, piece in known)
         tiles, other = self.element_tile_view(first), self.element_tile_view(second)

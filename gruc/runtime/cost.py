@@ -471,12 +471,8 @@ class _StepCoster:
         one side is a sharded sequence and the other is not (a linearly mapped gradient copied
         into one: the sharded side's stretches stay one row each)."""
         dst, src = node.dst, node.src
-        pieces = None
-        if dst.shape == src.shape and not broadcast:
-            known = [self.graph.row_pieces(t) for t in (dst, src)]
-            if (known[0] is None) != (known[1] is None):
-                pieces = known[0] if known[0] is not None else known[1]
-        if pieces is None or len(pieces) < 2:
+        pieces = None if broadcast else self.graph.pieces_of_one(dst, src)
+        if pieces is None:
             yield self.graph.element_tile_view(dst), self.graph.element_tile_view(src)
             return
         for start, count, _ in pieces:
