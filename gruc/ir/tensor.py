@@ -385,21 +385,16 @@ class Tensor:
     def has_repeats(self) -> bool:
         """Whether some element appears twice (a broadcast or overlapping view).  Decided from the
         layout where it tells (one run of ids; strides, :func:`~gruc.ir.layout.strided_distinct`)
-        and, for a concatenation of non-overlapping slices of one tensor that has no repeats (a
-        dynamic slice's per-tile column pick) or of parts without repeats that share no
-        variable (a product's joined operands), without listing the concatenation's ids.  A view
+        and, for a concatenation whose parts are non-overlapping slices of tensors without
+        repeats (a dynamic slice's per-tile column pick) or parts without repeats, no two
+        groups sharing an id range (a product's joined operands: :func:`_parts_apart`),
+        without listing the concatenation's ids.  A view
         that names each element of its source at most once (a slice, reshape, ...) of a source
         without repeats has none (a wide layer's column pick is a reshape of strided runs)."""
         if isinstance(self.op, _ONE_TO_ONE) and not self.sources[0].has_repeats():
             return False
-        if isinstance(self.op, ConcatOp):
-            sliced = _disjoint_slices_of(self.sources)
-            if sliced is not None and not sliced.has_repeats():
-                return False
-            owners = [part._variable_tuple() for part in self.sources]
-            if len({v.index for part in owners for v in part}) == sum(map(len, owners)) \
-                    and not any(part.has_repeats() for part in self.sources):
-                return False  # parts of different variables, none repeating an element
+        if isinstance(self.op, ConcatOp) and _parts_apart(self.sources):
+            return False
         if self.contiguous_start() is not None:
             return False
         layout = self.layout()
@@ -525,6 +520,55 @@ _ONE_TO_ONE = (SliceOp, SubsampleOp, ReverseOp, ReshapeOp, DimShuffleOp)
 """View ops that name each element of their source at most once."""
 
 
+def _parts_apart(parts: Sequence[Tensor]) -> bool:
+    """Whether a concatenation's ``parts`` name no element twice, told without listing its ids:
+    the parts that are slices of one tensor (a product's joined gate weights: two gates sliced
+    from one variable, the third from another) are :func:`_disjoint_slices_of` it, a tensor
+    without repeats; every other part has none; and no two such groups share an id range
+    (:func:`_id_spans`: the input and recurrent weights are two row ranges of one variable)."""
+    groups: dict[int, list[Tensor]] = {}
+    for part in parts:
+        boxes = _slice_boxes(part)
+        groups.setdefault(id(boxes[0]) if boxes is not None else id(part), []).append(part)
+    spans = []
+    for group in groups.values():
+        whole = group[0] if len(group) == 1 else _disjoint_slices_of(group)
+        if whole is None or whole.has_repeats():
+            return False
+        spans.extend(_merged(sorted(span for part in group for span in _id_spans(part))))
+    spans.sort()  # a group's spans are apart: any overlap now is between two groups
+    return all(low > high for (_, high), (low, _) in zip(spans, spans[1:]))
+
+
+def _id_spans(tensor: Tensor) -> list[tuple[int, int]]:
+    """Id ranges ``(lowest, highest)`` holding every element of ``tensor`` (and maybe others),
+    worked out without its layout: a variable's, a slice of a variable's from its corners, a
+    concatenation's parts', any other view's its source's (a view names its sources' ids)."""
+    if not tensor.num_elements:
+        return []
+    if tensor.op is None:
+        return [(tensor.first_id, tensor.first_id + tensor.num_elements - 1)]
+    if isinstance(tensor.op, ConcatOp):
+        return [span for source in tensor.sources for span in _id_spans(source)]
+    source = tensor.sources[0]
+    if isinstance(tensor.op, SliceOp) and source.op is None:
+        strides = np.cumprod((1, *source.shape[:0:-1]))[::-1]
+        return [(source.first_id + int(np.dot(tensor.op.begin, strides)),
+                 source.first_id + int(np.dot([e - 1 for e in tensor.op.end], strides)))]
+    return [span for source in tensor.sources for span in _id_spans(source)]
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted id ranges with the ones that overlap joined."""
+    joined: list[tuple[int, int]] = []
+    for low, high in spans:
+        if joined and low <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], high))
+        else:
+            joined.append((low, high))
+    return joined
+
+
 def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
     """The tensor ``parts`` are slices of, if they are slices of one tensor (or runs of its
     columns, :func:`strided_columns`: a box a run) and no two overlap; else None.  Slices that
@@ -553,17 +597,24 @@ def _disjoint_slices_of(parts: Sequence[Tensor]) -> Tensor | None:
 
 def _slice_boxes(part: Tensor) -> tuple[Tensor, list[tuple[tuple[int, ...], tuple[int, ...]]]
                                        ] | None:
-    """The tensor ``part`` is a slice of, or runs of the columns of, and the boxes it takes of
-    it (one a run); None for any other view."""
+    """The tensor ``part`` is a slice of (through slices of slices: a weight's gate of a
+    layer's joined gates), or runs of the columns of, and the boxes it takes of it (one a run);
+    None for any other view."""
     spaced = strided_columns_of(part)
     if spaced is not None:
         view, begin, length, stride, count = spaced
         rows = tuple(view.shape[:-1])
         return view, [((*(0,) * len(rows), begin + k * stride),
                        (*rows, begin + k * stride + length)) for k in range(count)]
-    if isinstance(part.op, SliceOp):
-        return part.sources[0], [(part.op.begin, part.op.end)]
-    return None
+    if not isinstance(part.op, SliceOp):
+        return None
+    begin, end = part.op.begin, part.op.end
+    source = part.sources[0]
+    while isinstance(source.op, SliceOp):  # a slice of a slice: the same box of the outer one
+        begin = tuple(b + outer for b, outer in zip(begin, source.op.begin))
+        end = tuple(e + outer for e, outer in zip(end, source.op.begin))
+        source = source.sources[0]
+    return source, [(begin, end)]
 
 
 def strided_columns(view: Tensor, begin: int, length: int, stride: int, count: int) -> Tensor:

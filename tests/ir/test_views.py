@@ -355,6 +355,34 @@ def test_runs_of_columns_concatenated_are_decided_by_their_runs_without_listing_
         assert len(np.unique(ids)) != len(ids) and view.has_repeats() is True
 
 
+def test_joined_gates_of_row_ranges_of_two_variables_are_decided_without_listing_ids(
+        monkeypatch):
+    """A training layer's joined weights: gates sliced (through slices of slices) from the input
+    and the recurrent row ranges of two variables, each joined, then the two joins joined: no
+    element twice, told from the slices and the id ranges alone; the same rows joined twice, or
+    two overlapping gates, have repeats."""
+    import gruc.ir.tensor as tensor_module
+
+    g, ru, _ = fresh((10, 8))  # [input rows 0..4 | recurrent rows 5..9] x [gate 0 | gate 1]
+    _, c, _ = fresh((10, 4), g)
+    listed = []
+    monkeypatch.setattr(tensor_module, "distinct", lambda ids: listed.append(ids) or np.unique(ids))
+
+    def gates(first, last, ru_columns=((0, 4), (4, 8))):
+        rows = ru[first:last].reshape([last - first, 2, 4]).dim_shuffle([1, 0, 2])
+        picked = [rows[k:k + 1][0:1] for k in range(2)]
+        if ru_columns != ((0, 4), (4, 8)):
+            picked[1] = ru[first:last, 2:6].reshape([1, last - first, 4])
+        return concat(picked + [c[first:last].reshape([1, last - first, 4])[0:1]], 0)
+
+    joined = concat([gates(0, 5), gates(5, 10)], 1)
+    assert joined.has_repeats() is False and listed == []
+    for view in (concat([gates(0, 5), gates(0, 5)], 1), concat([gates(0, 5), gates(3, 8)], 1),
+                 gates(0, 5, ((0, 4), (2, 6)))):
+        ids = view.flat_ids()
+        assert len(np.unique(ids)) != len(ids) and view.has_repeats() is True
+
+
 def test_a_concatenation_s_tiles_are_its_parts_tiles_without_making_its_ids():
     """The tiles of a concatenation, or of a view of one, are its view op applied to its parts'
     tiles, and its ids, when asked for once, its view op over its parts' ids: the same as the
