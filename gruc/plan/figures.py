@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from gruc.analysis.steps import Step
-from gruc.ir.heap import collect_if_owed
+from gruc.ir.heap import collect_if_owed, release_free_heap
 from gruc.runtime.report import Cycles, Report
 from gruc.target import Target
 from gruc.types import FLOAT, dtype_of
@@ -113,6 +113,7 @@ def measured() -> Iterator[Usage]:
     """Measure the CPU seconds and peak resident memory of the block (see the module)."""
     usage = Usage()
     collect_if_owed()  # the previous plan's garbage is not this plan's memory
+    release_free_heap()  # nor the heap it freed
     reset = _reset_peak()
     start = time.process_time()
     try:
