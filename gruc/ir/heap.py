@@ -61,8 +61,9 @@ _KEEP_FREED = {_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2 ** 31 - 1}
 the next one.  glibc serves any allocation over 32 MB with a fresh ``mmap`` and unmaps it when
 freed, so each of numpy's large temporaries (a wide layer's weights are 45 million elements)
 faults in its pages anew, one kernel entry per 4 KiB: 21 of the 67 CPU seconds of the
-H = I = 2759 training layer's compile were the kernel's.  The caller's allocator comes back when
-the last block exits, and what the block freed goes back to the operating system then."""
+H = I = 2759 training layer's compile were the kernel's.  glibc's default thresholds come back
+when the last block exits (fixed from then on: glibc stops sliding its mmap threshold once they
+are set), and what the block freed goes back to the operating system then."""
 _released = threading.Event()
 """Set when something :func:`note_release` watches is freed: a graph may have become garbage."""
 

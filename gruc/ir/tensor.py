@@ -23,7 +23,7 @@ import numpy as np
 from gruc.errors import GrucIndexError, GrucShapeError, GrucTypeError, GrucValueError, expect
 from gruc.ir.layout import (BroadcastOp, ConcatOp, DimShuffleOp, Layout, ReshapeOp, ReverseOp,
                             Shape, SliceOp, Strided, SubsampleOp, ViewOp, contiguous_start,
-                            contiguous_strides, materialise, strided_distinct)
+                            contiguous_strides, id_extent, materialise, strided_distinct)
 from gruc.ir.mapping import distinct
 from gruc.types import DType
 
@@ -546,15 +546,8 @@ def _id_spans(tensor: Tensor) -> list[tuple[int, int]]:
     concatenation's parts', any other view's its source's (a view names its sources' ids)."""
     if not tensor.num_elements:
         return []
-    if tensor.op is None:
-        return [(tensor.first_id, tensor.first_id + tensor.num_elements - 1)]
-    if isinstance(tensor.op, ConcatOp):
-        return [span for source in tensor.sources for span in _id_spans(source)]
-    source = tensor.sources[0]
-    if isinstance(tensor.op, SliceOp) and source.op is None:
-        strides = np.cumprod((1, *source.shape[:0:-1]))[::-1]
-        return [(source.first_id + int(np.dot(tensor.op.begin, strides)),
-                 source.first_id + int(np.dot([e - 1 for e in tensor.op.end], strides)))]
+    if tensor.op is None or isinstance(tensor.op, SliceOp) and tensor.sources[0].op is None:
+        return [id_extent(tensor.layout(), tensor.shape)]  # strided: no ids listed
     return [span for source in tensor.sources for span in _id_spans(source)]
 
 
